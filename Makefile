@@ -1,0 +1,32 @@
+# srifty: set-up and checks. `make setup` then `make test` is all a fresh machine needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch: a plain `torch` requirement can pull a multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: setup test demo profiles clean
+
+setup:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)" || $(BIN)/pip install --quiet --index-url $(TORCH_INDEX) "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/srifty --version
+
+test:
+	$(BIN)/python -m pytest -q
+
+# The main job on shipped data, no cloud account: summarise the recorded profiles.
+demo:
+	$(BIN)/srifty show profiles/local/*.json
+
+# Re-record the shipped profiles of the examples with the real profiler (about 2 minutes).
+profiles:
+	$(BIN)/srifty profile examples/cnn_resnet.py --nproc 2 --out profiles/local/cnn_resnet.json
+	$(BIN)/srifty profile examples/transformer_lm.py --nproc 2 --out profiles/local/transformer_lm.json
+	$(BIN)/srifty profile examples/mlp_recsys.py --nproc 2 --out profiles/local/mlp_recsys.json
+	$(BIN)/srifty profile --collectives --world-sizes 2 --out profiles/local/collectives.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,3 @@
+from srifty.cli import main
+
+main()

@@ -1,0 +1,242 @@
+"""The ``srifty`` command line: a thin shell over the library.
+
+Start-up stays fast: this module imports only click and srifty's own light modules;
+torch, scikit-learn and boto3 are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from srifty import __version__
+from srifty.errors import SriftyError
+
+EPILOG_PROFILE = """\b
+Examples:
+  srifty profile examples/cnn_resnet.py --nproc 2
+  srifty profile examples/transformer_lm.py --nproc 2 --batch-size 16 --out lm.json
+  srifty profile train.py --nproc 2 -- --epochs 1 --lr 0.1   # args after -- go to the script
+  srifty profile examples/cnn_resnet.py --nproc 2 --dry-run
+  srifty profile --collectives --world-sizes 2 --out allreduce.json
+
+The per-worker batch size from --batch-size reaches the script as the environment
+variable SRIFTY_BATCH_SIZE (and as --batch-size N with --pass-batch-arg). The script
+needs no change: srifty times DDP's forward, backward, each gradient bucket's
+allreduce and the optimizer step from outside.
+"""
+
+
+class Context:
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="srifty")
+@click.option("--debug", is_flag=True, help="Show tracebacks and worker logs on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """srifty: which cloud VMs to rent for data-parallel PyTorch training.
+
+    \b
+    Profile your real DDP training script for a short time, then (coming commands)
+    predict its speed on other instance types, node counts and mixes, and recommend
+    configurations that meet your budget, throughput and deadline.
+
+    \b
+    Start here:
+      srifty profile examples/cnn_resnet.py --nproc 2 --out cnn.json
+      srifty show cnn.json
+    """
+    ctx.obj = Context(debug)
+
+
+@cli.command(
+    "profile",
+    epilog=EPILOG_PROFILE,
+    context_settings={"ignore_unknown_options": True},
+)
+@click.argument("script", required=False, type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--nproc", type=int, default=1, show_default=True, help="Workers (torchrun processes) per host.")
+@click.option("--batch-size", type=int, help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE.")
+@click.option("--pass-batch-arg", is_flag=True, help="Also append '--batch-size N' to the script's arguments.")
+@click.option("--max-seconds", type=float, default=30.0, show_default=True, help="Cap on measuring time (after start-up).")
+@click.option("--max-iterations", type=int, default=2000, show_default=True, help="Cap on measured iterations.")
+@click.option("--min-iterations", type=int, default=20, show_default=True, help="Steady iterations needed before stopping.")
+@click.option("--target-ci", type=float, default=0.02, show_default=True,
+              help="Stop when the median iteration time's 95%% CI half-width is below this fraction.")
+@click.option("--hang-timeout", type=float, default=120.0, show_default=True,
+              help="Seconds without a finished iteration before the workers count as hung.")
+@click.option("--startup-timeout", type=float, default=180.0, show_default=True,
+              help="Seconds allowed before the first iteration finishes.")
+@click.option("--backend", default="local", show_default=True, help="Where workers run: local.")
+@click.option("--instance-type", default="local", show_default=True, help="Instance type label recorded in the profile.")
+@click.option("--model-name", help="Model name recorded in the profile (default: the script's file name).")
+@click.option("--device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
+              help="'cpu' forces CPU workers even where a GPU exists.")
+@click.option("--collectives", is_flag=True, help="Run the allreduce microbenchmark instead of a script.")
+@click.option("--world-sizes", default="", help="With --collectives: comma-separated world sizes (default: --nproc).")
+@click.option("--max-bytes", type=int, default=64 * 1024 * 1024, show_default=True, help="With --collectives: largest message.")
+@click.option("--repeats", type=int, default=10, show_default=True, help="With --collectives: timed repeats per size.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), help="Profile file to write (default: <model>.profile.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON on stdout.")
+@click.option("--dry-run", is_flag=True, help="Print the commands that would run, and run nothing.")
+@click.pass_obj
+def profile_cmd(
+    obj: Context,
+    script: str | None,
+    script_args: tuple[str, ...],
+    nproc: int,
+    batch_size: int | None,
+    pass_batch_arg: bool,
+    max_seconds: float,
+    max_iterations: int,
+    min_iterations: int,
+    target_ci: float,
+    hang_timeout: float,
+    startup_timeout: float,
+    backend: str,
+    instance_type: str,
+    model_name: str | None,
+    device: str,
+    collectives: bool,
+    world_sizes: str,
+    max_bytes: int,
+    repeats: int,
+    out: str | None,
+    as_json: bool,
+    dry_run: bool,
+) -> None:
+    """Measure a real DDP training script (or the allreduce microbenchmark) and write a profile."""
+    from srifty import profile as profile_mod
+    from srifty import report
+    from srifty.profiling.launcher import ProfileRequest, get_backend
+
+    args = list(script_args)
+    if pass_batch_arg and batch_size:
+        args += ["--batch-size", str(batch_size)]
+    try:
+        sizes = [int(x) for x in world_sizes.split(",") if x.strip()]
+    except ValueError:
+        raise SriftyError(f"--world-sizes takes comma-separated integers such as 2,4 (got {world_sizes!r}).") from None
+    if collectives and script:
+        raise SriftyError("--collectives runs srifty's own benchmark: give no SCRIPT with it.")
+    request = ProfileRequest(
+        script=script, script_args=args, nproc=nproc, batch_size=batch_size, max_seconds=max_seconds,
+        max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
+        hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
+        instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
+        max_bytes=max_bytes, repeats=repeats,
+    )
+    chosen = get_backend(backend)
+    if dry_run:
+        click.echo(chosen.dry_run(request))
+        return
+    out = out or f"{request.model}.profile.json"
+    progress, stop = _progress_reporter(request)
+    try:
+        doc = chosen.profile(request, out, progress)
+    finally:
+        stop()
+    summary = report.profile_summary(profile_mod.Profile(doc, out))
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        _console().print(report.render_profiles([summary]))
+        for w in summary.get("warnings") or []:
+            click.echo(f"warning: {w}", err=True)
+        click.echo(f"profile written to {out}", err=True)
+
+
+def _progress_reporter(request: Any) -> tuple[Any, Any]:
+    """A rich progress bar on a terminal; nothing when stderr is not a TTY."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                   TimeElapsedColumn(), transient=True)
+    total = float(request.max_iterations if request.collectives else request.min_iterations)
+    task = bar.add_task("profiling", total=total, info="starting workers")
+    bar.start()
+
+    def update(state: dict[str, Any]) -> None:
+        n = state.get("iterations", 0)
+        if request.collectives:
+            bar.update(task, completed=n, total=None, info=f"world size {state.get('world_size')}: {n} message sizes")
+            return
+        ci = state.get("rel_ci")
+        info = f"{n} iterations" + (f", median known to ±{ci:.1%} (target {request.target_rel_ci:.0%})" if ci else "")
+        bar.update(task, completed=min(n, total), info=info)
+
+    return update, bar.stop
+
+
+@cli.command("show")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON (one document).")
+def show_cmd(paths: tuple[str, ...], as_json: bool) -> None:
+    """Validate profiles and summarise them (files or directories of profiles).
+
+    \b
+    Examples:
+      srifty show profiles/local/cnn_resnet.json
+      srifty show profiles/local --json
+    """
+    from srifty import profile as profile_mod
+    from srifty import report
+
+    summaries = [report.profile_summary(p) for p in profile_mod.load_many(list(paths))]
+    if as_json:
+        click.echo(json.dumps({"schema": 1, "profiles": summaries}, indent=1))
+        return
+    _console().print(report.render_profiles(summaries))
+    for s in summaries:
+        if s["status"] == "partial":
+            click.echo(f"note: {s['path']} is partial: {s['partial_reason']}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning srifty's errors into one clear paragraph."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="srifty", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except SriftyError as exc:
+        if debug:
+            traceback.print_exc()
+            partial = getattr(exc, "partial_path", None)
+            if partial:
+                click.echo(f"(partial profile: {partial})", err=True)
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except Exception as exc:  # a bug in srifty: say so plainly
+        if debug:
+            traceback.print_exc()
+        click.echo(
+            f"Error: srifty failed unexpectedly ({type(exc).__name__}: {exc}). "
+            "Re-run with --debug for the traceback and please report it.",
+            err=True,
+        )
+        sys.exit(1)

@@ -1,0 +1,272 @@
+"""The profile: what srifty measured about one job on one cluster configuration.
+
+A profile is a JSON document (schema version 1, ``srifty/schemas/profile-v1.schema.json``,
+documented in ``docs/profile-format.md``). This module builds profiles from the records
+the workers flush, writes them atomically, and loads them back with validation that
+names the offending field. It imports no torch: summaries and the CLI stay fast.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from srifty import __version__, stats
+from srifty.errors import ProfileFormatError
+
+SCHEMA_VERSION = 1
+COMPONENTS = ("forward_ms", "backward_ms", "backward_compute_ms", "exposed_comm_ms", "optimizer_ms", "other_ms")
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The JSON Schema of profile documents (version 1)."""
+    text = resources.files("srifty").joinpath("schemas/profile-v1.schema.json").read_text()
+    return json.loads(text)
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _field_path(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def validate(doc: Any, source: str = "profile") -> None:
+    """Raise :class:`ProfileFormatError` naming the first wrong field of ``doc``."""
+    if not isinstance(doc, dict):
+        raise ProfileFormatError(f"{source}: a profile is a JSON object, not {type(doc).__name__}.")
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ProfileFormatError(
+            f"{source}: field `schema_version` is {version!r}, but this srifty ({__version__}) reads "
+            f"schema version {SCHEMA_VERSION}.",
+            "Re-record the profile with this version of `srifty profile`, or use the srifty that wrote it.",
+        )
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
+    if errors:
+        err = jsonschema.exceptions.best_match(errors)
+        raise ProfileFormatError(
+            f"{source}: field `{_field_path(err.absolute_path)}` is invalid: {err.message}.",
+            f"See docs/profile-format.md for the format ({len(errors)} problem(s) in all).",
+        )
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save(doc: dict[str, Any], path: str | os.PathLike[str], check: bool = True) -> None:
+    """Validate (unless ``check`` is false) and write a profile atomically."""
+    if check:
+        validate(doc, str(path))
+    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile document with typed access to what downstream stages use."""
+
+    doc: dict[str, Any]
+    path: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return str(self.doc["kind"])
+
+    @property
+    def status(self) -> str:
+        return str(self.doc["status"])
+
+    @property
+    def is_partial(self) -> bool:
+        return self.status == "partial"
+
+    @property
+    def model(self) -> str:
+        return str((self.doc.get("job") or {}).get("model") or "collectives")
+
+    @property
+    def instance_types(self) -> list[str]:
+        return list(self.doc["cluster"]["instance_types"])
+
+    @property
+    def world_size(self) -> int:
+        return int(self.doc["cluster"]["world_size"])
+
+    @property
+    def nodes(self) -> int:
+        return int(self.doc["cluster"]["nodes"])
+
+    @property
+    def local_batch_size(self) -> int | None:
+        job = self.doc.get("job") or {}
+        return job.get("local_batch_size")
+
+    def stat(self, name: str) -> stats.Summary | None:
+        summary = self.doc.get("summary") or {}
+        raw = summary.get(name)
+        return stats.Summary(**raw) if raw else None
+
+    @property
+    def iteration(self) -> stats.Summary | None:
+        return self.stat("iteration_ms")
+
+    @property
+    def throughput(self) -> float | None:
+        summary = self.doc.get("summary") or {}
+        return summary.get("throughput_samples_per_s")
+
+
+def load(path: str | os.PathLike[str]) -> Profile:
+    """Load and validate one profile file."""
+    p = Path(path)
+    if not p.exists():
+        raise ProfileFormatError(f"{p}: no such profile file.", "Check the path, or record one with `srifty profile`.")
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileFormatError(
+            f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).",
+            "The file may be truncated or hand-edited; re-record it with `srifty profile`.",
+        ) from None
+    validate(doc, str(p))
+    return Profile(doc=doc, path=str(p))
+
+
+def load_many(paths: Sequence[str | os.PathLike[str]]) -> list[Profile]:
+    """Load profile files, expanding directories to the ``*.json`` files below them."""
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*.json") if not q.name.startswith("."))
+            if not found:
+                raise ProfileFormatError(f"{p}: directory holds no profile (*.json) files.")
+            files.extend(found)
+        else:
+            files.append(p)
+    return [load(f) for f in files]
+
+
+# ----- building profiles from worker records -------------------------------------------
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def merge_iterations(ranks: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per-iteration view across ranks: wall time of the slowest rank, components averaged.
+
+    Ranks run in lockstep (every iteration ends with the same allreduces), so iteration
+    ``i`` of every rank is the same training step; only iterations that every rank
+    completed are kept.
+    """
+    series = [r.get("iterations") or [] for r in ranks]
+    if not series or not all(series):
+        return []
+    n = min(len(s) for s in series)
+    merged = []
+    for i in range(n):
+        its = [s[i] for s in series]
+        row = {"index": i, "wall_ms": max(it["wall_ms"] for it in its)}
+        for c in COMPONENTS:
+            row[c] = _mean([it.get(c, 0.0) for it in its])
+        merged.append(row)
+    return merged
+
+
+def summarise_buckets(ranks: Sequence[dict[str, Any]], first: int) -> list[dict[str, Any]]:
+    """Median ready time, end time and allreduce duration of each bucket after warm-up."""
+    per_bucket: dict[int, dict[str, Any]] = {}
+    for r in ranks:
+        for it in (r.get("iterations") or [])[first:]:
+            for b in it.get("buckets") or []:
+                slot = per_bucket.setdefault(b["index"], {"bytes": b["bytes"], "ready": [], "end": [], "dur": []})
+                if b.get("ready_ms") is not None:
+                    slot["ready"].append(b["ready_ms"])
+                if b.get("end_ms") is not None:
+                    slot["end"].append(b["end_ms"])
+                    if b.get("ready_ms") is not None:
+                        slot["dur"].append(b["end_ms"] - b["ready_ms"])
+    out = []
+    for idx in sorted(per_bucket):
+        slot = per_bucket[idx]
+        out.append(
+            {
+                "index": idx,
+                "bytes": int(slot["bytes"]),
+                "ready_ms": stats.median(slot["ready"]) if slot["ready"] else None,
+                "end_ms": stats.median(slot["end"]) if slot["end"] else None,
+                "allreduce_ms": stats.median(slot["dur"]) if slot["dur"] else None,
+            }
+        )
+    return out
+
+
+def summarise_training(
+    ranks: Sequence[dict[str, Any]], world_size: int, local_batch_size: int | None
+) -> tuple[dict[str, Any] | None, int, float | None]:
+    """Summary block, number of warm-up iterations dropped, achieved relative CI."""
+    merged = merge_iterations(ranks)
+    if not merged:
+        return None, 0, None
+    walls = [m["wall_ms"] for m in merged]
+    warmup = stats.mser_truncation(walls) if len(walls) > 1 else 0
+    if len(walls) - warmup < 1:
+        warmup = max(0, len(walls) - 1)
+    steady = merged[warmup:]
+    summary: dict[str, Any] = {"iteration_ms": asdict(stats.Summary.of([m["wall_ms"] for m in steady]))}
+    for c in COMPONENTS:
+        summary[c] = asdict(stats.Summary.of([m[c] for m in steady]))
+    it_ms = summary["iteration_ms"]["median"]
+    summary["throughput_samples_per_s"] = (
+        world_size * local_batch_size / (it_ms / 1e3) if (local_batch_size and it_ms > 0) else None
+    )
+    summary["sync_ms"] = None
+    summary["buckets"] = summarise_buckets(ranks, warmup)
+    achieved = stats.relative_ci_halfwidth([m["wall_ms"] for m in steady]) if len(steady) >= 3 else None
+    return summary, warmup, achieved
+
+
+def environment_info(torch_version: str | None = None, nccl: str | None = None) -> dict[str, Any]:
+    import platform
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "srifty": __version__,
+        "platform": platform.platform(),
+        "nccl": nccl,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }

@@ -1,0 +1,83 @@
+"""Entry point of each profiled worker: ``python -m srifty.profiling.worker SCRIPT ARGS``.
+
+torchrun starts this module in every rank. It installs the recorder, runs the user's
+script unchanged as ``__main__``, and leaves with exit status 0 when srifty has measured
+enough (the script is stopped at the same iteration on every rank). Whatever happens,
+the rank's records are flushed to ``$SRIFTY_PROFILE_DIR/rank<R>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+
+from srifty.profiling import instrument
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    recorder = instrument.active_recorder()
+    if recorder is not None:
+        recorder.stop_reason = recorder.stop_reason or "terminated"
+        try:
+            recorder.flush()
+        except OSError:
+            pass
+    os._exit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: python -m srifty.profiling.worker SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    script, script_args = argv[0], argv[1:]
+    settings = instrument.WorkerSettings.from_env()
+    recorder = instrument.install(settings)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    status = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+        recorder.stop_reason = recorder.stop_reason or "script_finished"
+    except instrument.ProfilingComplete as done:
+        recorder.stop_reason = done.reason
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        recorder.stop_reason = recorder.stop_reason or "script_finished"
+        if code != 0:
+            recorder.record_error(exc)
+        status = code
+    except BaseException as exc:  # the user's script failed: keep what was measured
+        recorder.record_error(exc)
+        recorder.stop_reason = recorder.stop_reason or "worker_failed"
+        status = 1
+    finally:
+        recorder.stop_flusher()
+        recorder.flush()
+    if status == 0:
+        _leave_process_group()
+    else:
+        err = recorder.error or {}
+        print(f"srifty worker rank {settings.rank}: {err.get('traceback') or err.get('message')}", file=sys.stderr)
+    return status
+
+
+def _leave_process_group() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: do not wait on threads the user's script left behind (data loaders, etc.)
+    os._exit(code)
