@@ -42,7 +42,27 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Commands that live in their own modules, loaded only when used (or listed by --help).
+# Each entry: command name -> "module:attribute" of a click command or group.
+LAZY_COMMANDS: dict[str, str] = {}
+
+
+class LazyGroup(click.Group):
+    """A click group whose sub-commands in LAZY_COMMANDS are imported on demand."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            import importlib
+
+            module, attr = LAZY_COMMANDS[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="srifty")
 @click.option("--debug", is_flag=True, help="Show tracebacks and worker logs on errors.")
 @click.pass_context
