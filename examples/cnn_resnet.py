@@ -55,8 +55,9 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0], default_batch=32)
     device, rank, world = setup()
     torch.manual_seed(args.seed)
-    images = torch.randn(2048, 3, 32, 32)
-    labels = torch.randint(0, 10, (2048,))
+    n = max(2048, 4 * args.batch_size * world)  # synthetic CIFAR-sized data, at least 4 batches per worker
+    images = torch.randn(n, 3, 32, 32)
+    labels = torch.randint(0, 10, (n,))
     dataset = TensorDataset(images, labels)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)

@@ -44,7 +44,10 @@ def _console(stderr: bool = False) -> Any:
 
 # Commands that live in their own modules, loaded only when used (or listed by --help).
 # Each entry: command name -> "module:attribute" of a click command or group.
-LAZY_COMMANDS: dict[str, str] = {}
+LAZY_COMMANDS: dict[str, str] = {
+    "catalog": "srifty.commands.catalog:catalog",
+    "cluster": "srifty.commands.cluster:cluster",
+}
 
 
 class LazyGroup(click.Group):

@@ -186,11 +186,12 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def merge_iterations(ranks: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    """Per-iteration view across ranks: wall time of the slowest rank, components averaged.
+    """Per-iteration view across ranks: rank 0's wall time, components averaged over ranks.
 
     Ranks run in lockstep (every iteration ends with the same allreduces), so iteration
-    ``i`` of every rank is the same training step; only iterations that every rank
-    completed are kept.
+    ``i`` of every rank is the same training step and lasts as long on each rank, up to
+    where each rank's clock marks the boundary; rank 0's series is the one its stopping
+    rule judged. Only iterations that every rank completed are kept.
     """
     series = [r.get("iterations") or [] for r in ranks]
     if not series or not all(series):
@@ -199,7 +200,7 @@ def merge_iterations(ranks: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
     merged = []
     for i in range(n):
         its = [s[i] for s in series]
-        row = {"index": i, "wall_ms": max(it["wall_ms"] for it in its)}
+        row = {"index": i, "wall_ms": its[0]["wall_ms"]}
         for c in COMPONENTS:
             row[c] = _mean([it.get(c, 0.0) for it in its])
         merged.append(row)
@@ -238,11 +239,13 @@ def summarise_training(
     ranks: Sequence[dict[str, Any]], world_size: int, local_batch_size: int | None
 ) -> tuple[dict[str, Any] | None, int, float | None]:
     """Summary block, number of warm-up iterations dropped, achieved relative CI."""
+    ranks = sorted(ranks, key=lambda r: r.get("rank", 0))
     merged = merge_iterations(ranks)
     if not merged:
         return None, 0, None
     walls = [m["wall_ms"] for m in merged]
-    warmup = stats.mser_truncation(walls) if len(walls) > 1 else 0
+    decided = ranks[0].get("current_warmup")  # the warm-up rank 0's stopping rule used
+    warmup = decided if decided is not None else (stats.mser_truncation(walls) if len(walls) > 1 else 0)
     if len(walls) - warmup < 1:
         warmup = max(0, len(walls) - 1)
     steady = merged[warmup:]

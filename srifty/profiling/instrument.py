@@ -182,6 +182,7 @@ class Recorder:
         self.stop_at: int | None = None
         self.measure_started_host: float | None = None
         self.current_rel_ci: float | None = None
+        self.current_warmup: int | None = None
         self._open: _OpenIteration | None = None
         self._step_started: Any = None
         self._fwd_started: Any = None
@@ -250,6 +251,7 @@ class Recorder:
         n = len(walls)
         if n >= s.min_iterations + 1:
             d = stats.mser_truncation(walls)
+            self.current_warmup = d
             steady = walls[d:]
             if len(steady) >= s.min_iterations:
                 self.current_rel_ci = stats.relative_ci_halfwidth(steady)
@@ -438,6 +440,7 @@ class Recorder:
             "explicit_api": self.explicit,
             "stop_reason": self.stop_reason,
             "current_rel_ci": self.current_rel_ci,
+            "current_warmup": self.current_warmup,
             "error": self.error,
             "updated_at": time.time(),
             "device": self.device_info(),

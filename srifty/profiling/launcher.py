@@ -430,6 +430,7 @@ class ProfilingBackend(ABC):
             "measurement": {
                 "target_rel_ci": request.target_rel_ci,
                 "achieved_rel_ci": achieved,
+                "decision_rel_ci": rank0.get("current_rel_ci"),
                 "min_iterations": request.min_iterations,
                 "max_iterations": request.max_iterations,
                 "max_seconds": request.max_seconds,
@@ -452,7 +453,9 @@ class ProfilingBackend(ABC):
         script = request.script or "the job"
         measured = doc["measurement"]["iterations_recorded"]
         if outcome.reason == "interrupted":
-            return ProfilingFailed(f"Profiling of {script} was interrupted (Ctrl-C) after {measured} iterations; all workers were stopped.")
+            failure = ProfilingFailed(f"Profiling of {script} was interrupted (Ctrl-C) after {measured} iterations; all workers were stopped.")
+            failure.exit_code = 130
+            return failure
         if outcome.reason == "hung":
             if measured == 0:
                 return ProfilingFailed(
@@ -553,13 +556,13 @@ class ProfilingBackend(ABC):
             sup = Supervisor(sub_plan, supervisor.run_id, os.path.join(sub_dir, "workers.log"))
 
             def poll(d: str = sub_dir) -> dict[str, Any]:
-                recs = read_rank_records(d, "collectives")
+                recs = read_rank_records(d, "collectives_rank")
                 r0 = recs[0] if recs else {}
                 return {"iterations": len(r0.get("results", [])), "world_size": w}
 
             outcome = sup.run(poll, request.startup_timeout, request.hang_timeout, request.startup_timeout + request.max_seconds * 4 + request.hang_timeout, progress)
             total_wall += outcome.wall_seconds
-            recs = read_rank_records(sub_dir, "collectives")
+            recs = read_rank_records(sub_dir, "collectives_rank")
             r0 = next((r for r in recs if r.get("rank") == 0), None)
             if r0:
                 results.extend(r0.get("results", []))

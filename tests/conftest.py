@@ -1,0 +1,53 @@
+"""Shared fixtures: paths, a CLI runner, and a check that no worker process outlives a test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "scripts"
+EXAMPLES = ROOT / "examples"
+PROFILES = ROOT / "profiles"
+
+
+def srifty_processes(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``marker`` (a script path), other than us."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if any(marker in part for part in (proc.info["cmdline"] or [])):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def run_srifty(*args: str, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess (as a user would), capturing output."""
+    return subprocess.run(
+        [sys.executable, "-m", "srifty", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(cwd or ROOT),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def no_orphans():
+    """Yields a function that asserts no process runs the given script any more."""
+
+    def check(marker: str) -> None:
+        left = srifty_processes(marker)
+        assert not left, f"orphaned processes: {[p.info['cmdline'] for p in left]}"
+
+    return check

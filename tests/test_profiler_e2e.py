@@ -1,0 +1,245 @@
+"""`srifty profile` end to end: real torchrun subprocesses running real DDP (gloo) jobs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from srifty import profile as profile_mod
+from srifty import stats
+
+from conftest import EXAMPLES, ROOT, SCRIPTS, run_srifty
+
+pytestmark = pytest.mark.slow
+
+QUICK = ["--nproc", "2", "--max-seconds", "6", "--min-iterations", "8"]
+
+
+@pytest.fixture(scope="module")
+def cnn_profile(tmp_path_factory: pytest.TempPathFactory) -> profile_mod.Profile:
+    out = tmp_path_factory.mktemp("cnn") / "cnn.json"
+    t0 = time.monotonic()
+    res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), "--nproc", "2", "--out", str(out), "--json")
+    wall = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["status"] == "complete"
+    print(f"cnn_resnet --nproc 2 profiled in {wall:.1f} s wall")
+    return profile_mod.load(out)
+
+
+def test_cnn_profile_records_what_the_issue_asks(cnn_profile: profile_mod.Profile) -> None:
+    doc = cnn_profile.doc
+    assert doc["kind"] == "training" and doc["status"] == "complete"
+    assert doc["stop_reason"] in ("converged", "time_cap", "iteration_cap")
+    job = doc["job"]
+    assert job["local_batch_size"] == 32  # the example's default, seen in the forward input
+    assert job["grad_dtype"] == "float32"
+    # gradient bytes are the parameters' bytes; the bucket layout covers all of them
+    assert job["grad_bytes"] == job["param_count"] * 4
+    assert sum(b["bytes"] for b in job["buckets"]) == job["grad_bytes"]
+    assert len(job["buckets"]) >= 2  # 4.9 MB of gradients at DDP's default first-bucket cap of 1 MiB
+    cl = doc["cluster"]
+    assert cl["world_size"] == 2 and cl["backend"] == "gloo" and cl["nodes"] == 1
+    assert cl["hosts"][0]["spec"]["logical_cpus"] >= 1
+    assert doc["environment"]["torch"]
+    meas = doc["measurement"]
+    assert meas["warmup_iterations"] >= 1
+    assert meas["iterations_used"] >= 8
+    if doc["stop_reason"] == "converged":
+        # the stopping rule saw the target met; the profile keeps a few more iterations
+        # (the ranks stop together a few iterations later), judged again on their own
+        assert meas["decision_rel_ci"] <= meas["target_rel_ci"]
+        assert meas["achieved_rel_ci"] <= 1.5 * meas["target_rel_ci"]
+
+
+def test_compute_plus_exposed_comm_explains_iteration_time(cnn_profile: profile_mod.Profile) -> None:
+    """Forward + backward compute + exposed communication + optimizer is within 10% of the iteration."""
+    doc = cnn_profile.doc
+    s = doc["summary"]
+    parts = sum(s[k]["median"] for k in ("forward_ms", "backward_compute_ms", "exposed_comm_ms", "optimizer_ms"))
+    it = s["iteration_ms"]["median"]
+    assert abs(parts - it) / it < 0.10, (parts, it)
+    # and iteration by iteration, on every rank, after warm-up
+    warm = doc["measurement"]["warmup_iterations"]
+    for rank in doc["ranks"]:
+        ratios = []
+        for rec in rank["iterations"][warm:]:
+            total = rec["forward_ms"] + rec["backward_compute_ms"] + rec["exposed_comm_ms"] + rec["optimizer_ms"]
+            ratios.append(abs(total - rec["wall_ms"]) / rec["wall_ms"])
+        assert stats.median(ratios) < 0.10
+
+
+def test_buckets_become_ready_during_backward(cnn_profile: profile_mod.Profile) -> None:
+    s = cnn_profile.doc["summary"]
+    buckets = s["buckets"]
+    assert len(buckets) >= 2
+    ready = [b["ready_ms"] for b in buckets]
+    # DDP fills bucket 0 with the last layers, whose gradients are ready first
+    assert ready == sorted(ready)
+    bwd_compute = s["backward_compute_ms"]["median"]
+    assert 0 < ready[0] < bwd_compute
+    # the last bucket is ready when backward compute ends (same clock, same event)
+    assert abs(ready[-1] - bwd_compute) / bwd_compute < 0.15
+    for b in buckets:
+        assert b["allreduce_ms"] is not None and b["allreduce_ms"] > 0
+        assert b["end_ms"] >= b["ready_ms"]
+
+
+def test_throughput_is_world_times_batch_over_iteration(cnn_profile: profile_mod.Profile) -> None:
+    s = cnn_profile.doc["summary"]
+    expected = 2 * 32 / (s["iteration_ms"]["median"] / 1e3)
+    assert s["throughput_samples_per_s"] == pytest.approx(expected)
+
+
+def test_batch_size_reaches_the_script(tmp_path: Path) -> None:
+    out = tmp_path / "lm.json"
+    res = run_srifty("profile", str(EXAMPLES / "mlp_recsys.py"), *QUICK, "--batch-size", "64", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["job"]["local_batch_size"] == 64 and doc["job"]["requested_batch_size"] == 64
+    assert not doc["warnings"] or "looser" in doc["warnings"][0]
+
+
+def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
+    out = tmp_path / "explicit.json"
+    res = run_srifty("profile", str(SCRIPTS / "explicit_api.py"), *QUICK, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    rec = doc["ranks"][0]["iterations"][-1]
+    # two micro-batches per iteration: two forwards, two backwards, one step
+    assert (rec["forwards"], rec["backwards"], rec["steps"]) == (2, 2, 1)
+
+
+def test_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "never.json"
+    res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), "--nproc", "2", "--dry-run", "--out", str(out))
+    assert res.returncode == 0
+    assert "torch.distributed.run" in res.stdout and "--nproc-per-node 2" in res.stdout
+    assert "srifty.profiling.worker" in res.stdout
+    assert not out.exists()
+
+
+def _assert_clean_error(res: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    assert res.stderr.startswith("Error: ")
+    for n in needles:
+        assert n in res.stderr, res.stderr
+
+
+def test_missing_script(tmp_path: Path) -> None:
+    res = run_srifty("profile", str(tmp_path / "nope.py"), "--nproc", "2")
+    _assert_clean_error(res, "does not exist")
+
+
+def test_script_that_raises_keeps_partial_profile(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "raises.json"
+    res = run_srifty("profile", str(SCRIPTS / "raises.py"), *QUICK, "--out", str(out))
+    _assert_clean_error(res, "ValueError", "bad learning-rate schedule")
+    doc = profile_mod.load(out).doc  # partial, and still valid
+    assert doc["status"] == "partial" and "ValueError" in doc["partial_reason"]
+    assert len(doc["ranks"][0]["iterations"]) >= 1
+    no_orphans(str(SCRIPTS / "raises.py"))
+
+
+def test_script_that_never_calls_backward(tmp_path: Path, no_orphans) -> None:
+    res = run_srifty("profile", str(SCRIPTS / "no_backward.py"), *QUICK, "--out", str(tmp_path / "nb.json"))
+    _assert_clean_error(res, "never called backward()")
+    assert not (tmp_path / "nb.json").exists()  # nothing was measured, so nothing to keep
+    no_orphans(str(SCRIPTS / "no_backward.py"))
+
+
+def test_worker_crash_keeps_partial_profile(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "crash.json"
+    res = run_srifty("profile", str(SCRIPTS / "crash_rank1.py"), "--nproc", "2", "--max-seconds", "60",
+                     "--min-iterations", "1000", "--out", str(out))
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "partial" in res.stderr
+    doc = profile_mod.load(out).doc
+    assert doc["status"] == "partial"
+    assert len(doc["ranks"][0]["iterations"]) >= 20
+    no_orphans(str(SCRIPTS / "crash_rank1.py"))
+
+
+def test_hung_worker_is_stopped(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "hang.json"
+    res = run_srifty("profile", str(SCRIPTS / "hang_rank1.py"), "--nproc", "2", "--max-seconds", "60",
+                     "--min-iterations", "1000", "--hang-timeout", "4", "--out", str(out))
+    _assert_clean_error(res, "hung")
+    doc = profile_mod.load(out).doc
+    assert doc["status"] == "partial" and doc["stop_reason"] == "hung"
+    assert len(doc["ranks"][0]["iterations"]) >= 20
+    no_orphans(str(SCRIPTS / "hang_rank1.py"))
+
+
+def test_batch_that_does_not_fit_in_memory(tmp_path: Path, no_orphans) -> None:
+    # the example's synthetic data set holds 4 batches per worker: 2e7 images of 3x32x32
+    # float32 are 2 TB, far above this machine's memory
+    res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), *QUICK, "--batch-size", "20000000",
+                     "--out", str(tmp_path / "oom.json"))
+    _assert_clean_error(res, "out of memory", "smaller --batch-size")
+    no_orphans(str(EXAMPLES / "cnn_resnet.py"))
+
+
+def test_ctrl_c_stops_everything_and_keeps_partial(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "int.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srifty", "profile", str(SCRIPTS / "slow.py"), "--nproc", "2", "--max-seconds", "120",
+         "--min-iterations", "1000", "--out", str(out)],
+        cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # wait until iterations are being recorded, then press Ctrl-C
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and _recorded(proc.pid) < 5:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    doc = profile_mod.load(out).doc
+    assert doc["status"] == "partial" and doc["stop_reason"] == "interrupted"
+    no_orphans(str(SCRIPTS / "slow.py"))
+
+
+def _recorded(pid: int) -> int:
+    """Iterations rank 0 has flushed so far, found through the run directory in the workers' env."""
+    import psutil
+
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return 0
+    for k in kids:
+        try:
+            run_dir = k.environ().get("SRIFTY_PROFILE_DIR")
+        except psutil.Error:
+            continue
+        if run_dir and (Path(run_dir) / "rank0.json").exists():
+            try:
+                return len(json.loads((Path(run_dir) / "rank0.json").read_text())["iterations"])
+            except (OSError, ValueError):
+                return 0
+    return 0
+
+
+def test_collectives_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "coll.json"
+    res = run_srifty("profile", "--collectives", "--world-sizes", "2", "--max-bytes", str(256 * 1024),
+                     "--repeats", "3", "--out", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = profile_mod.load(out).doc
+    rows = doc["collectives"]
+    assert [r["bytes"] for r in rows] == [4096 * 2**i for i in range(7)]  # 4 KiB .. 256 KiB
+    for r in rows:
+        assert r["world_size"] == 2 and len(r["times_ms"]) == 3
+        assert r["median_ms"] == pytest.approx(stats.median(r["times_ms"]))
+        algbw = r["bytes"] / (r["median_ms"] / 1e3) * 8 / 1e9
+        assert r["algbw_gbps"] == pytest.approx(algbw)
+        assert r["busbw_gbps"] == pytest.approx(algbw * 2 * (2 - 1) / 2)
