@@ -84,15 +84,16 @@ def render_profiles(summaries: Sequence[dict[str, Any]]) -> Any:
     training = [s for s in summaries if s["kind"] == "training"]
     if training:
         t = Table(title="Training profiles (medians, ms)", title_justify="left")
-        for col in ("model", "instance types", "workers", "batch/worker", "iteration", "95% CI", "forward",
+        for col in ("model", "instance types", "workers", "batch", "iteration", "95% CI", "forward",
                     "backward", "exposed comm", "optimizer", "samples/s", "stop", "status"):
-            t.add_column(col, justify="right" if col not in ("model", "instance types", "stop", "status") else "left")
+            left = col in ("model", "instance types", "stop", "status")
+            t.add_column(col, justify="left" if left else "right", no_wrap=col in ("model", "95% CI", "workers"))
         for s in training:
             ci = s["iteration_ci_ms"]
             t.add_row(
                 s["model"],
                 ",".join(s["instance_types"]),
-                f"{s['world_size']} on {s['nodes']} node{'s' if s['nodes'] != 1 else ''}",
+                f"{s['world_size']} on {s['nodes']}",
                 _num(s["local_batch_size"], "{}"),
                 _num(s["iteration_ms"]),
                 f"{ci[0]:.1f}-{ci[1]:.1f}" if ci and ci[0] is not None else "-",

@@ -1,0 +1,88 @@
+"""The CLI as a user meets it: help, version, fast start-up, errors, `show`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+from click.testing import CliRunner
+
+from srifty import __version__
+from srifty.cli import LAZY_COMMANDS, cli, main
+
+from conftest import PROFILES, run_srifty
+
+
+def test_help_does_not_import_heavy_libraries() -> None:
+    code = (
+        "import sys\n"
+        "from srifty.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'sklearn', 'boto3', 'pandas') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY=\n" in res.stdout, res.stdout
+    for name in ("profile", "show", *LAZY_COMMANDS):
+        assert name in res.stdout
+
+
+def test_version() -> None:
+    res = CliRunner().invoke(cli, ["--version"])
+    assert res.exit_code == 0 and __version__ in res.output
+
+
+def test_every_command_has_help_with_text() -> None:
+    runner = CliRunner()
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        cmd = cli.get_command(ctx, name)
+        assert cmd is not None and (cmd.help or "").strip(), name
+        res = runner.invoke(cli, [name, "--help"])
+        assert res.exit_code == 0, (name, res.output)
+        if isinstance(cmd, click.Group):
+            for sub in cmd.list_commands(ctx):
+                res = runner.invoke(cli, [name, sub, "--help"])
+                assert res.exit_code == 0, (name, sub, res.output)
+
+
+def test_profile_help_shows_examples() -> None:
+    res = CliRunner().invoke(cli, ["profile", "--help"])
+    assert "Examples:" in res.output and "SRIFTY_BATCH_SIZE" in res.output
+
+
+def test_show_table_and_json() -> None:
+    res = run_srifty("show", str(PROFILES / "local"))
+    assert res.returncode == 0, res.stderr
+    assert "cnn_resnet" in res.stdout and "Allreduce" in res.stdout
+    res = run_srifty("show", str(PROFILES / "local"), "--json")
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == 1
+    models = {p.get("model") for p in doc["profiles"]}
+    assert {"cnn_resnet", "transformer_lm", "mlp_recsys"} <= models
+
+
+def test_bad_profile_is_one_paragraph_error(tmp_path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    res = run_srifty("show", str(bad))
+    assert res.returncode == 1
+    assert res.stderr.startswith("Error: ") and "Traceback" not in res.stderr
+    assert "a profile is a JSON object" in res.stderr
+    res = run_srifty("--debug", "show", str(bad))
+    assert "Traceback" in res.stderr
+
+
+def test_usage_errors_exit_nonzero(capsys) -> None:
+    try:
+        main(["profile", "--nproc", "zero"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    assert "Invalid value" in capsys.readouterr().err
+
+
+def test_collectives_refuses_a_script() -> None:
+    res = run_srifty("profile", "--collectives", "examples/cnn_resnet.py")
+    assert res.returncode == 1 and "give no SCRIPT" in res.stderr
