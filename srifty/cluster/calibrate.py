@@ -50,8 +50,9 @@ def measure(state: ClusterState, iterations: int = DEFAULT_ITERATIONS, repeats: 
     ``repeats`` times.
 
     The factor is min(host seconds) / min(unconstrained seconds): best-of-N, as timeit does,
-    because other work on this small machine only ever adds time, and it adds a lot (medians
-    moved by +-40% between runs under load; best-of-3 by about +-10%). Medians are kept too.
+    because other work on this small machine only ever adds time, and a lot of it (under
+    another user's load, 0.5- vs 1.0-share ratios over four runs: medians 1.05-1.43x,
+    best-of-3 1.61-1.96x). Medians are kept too.
     Other hosts should be idle meanwhile; nothing is written (see :func:`calibrate`).
     """
     if repeats < 1 or iterations < 1:
