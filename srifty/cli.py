@@ -23,6 +23,7 @@ Examples:
   srifty profile train.py --nproc 2 -- --epochs 1 --lr 0.1   # args after -- go to the script
   srifty profile examples/cnn_resnet.py --nproc 2 --dry-run
   srifty profile --collectives --world-sizes 2 --out allreduce.json
+  sudo srifty profile examples/cnn_resnet.py --backend emulated --hosts emu.medium:2,emu.small:1
 
 The per-worker batch size from --batch-size reaches the script as the environment
 variable SRIFTY_BATCH_SIZE (and as --batch-size N with --pass-batch-arg). The script
@@ -104,7 +105,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Seconds without a finished iteration before the workers count as hung.")
 @click.option("--startup-timeout", type=float, default=180.0, show_default=True,
               help="Seconds allowed before the first iteration finishes.")
-@click.option("--backend", default="local", show_default=True, help="Where workers run: local.")
+@click.option("--backend", default="local", show_default=True,
+              help="Where workers run: local (this machine) or emulated (namespaced hosts, needs root).")
+@click.option("--hosts", help="With --backend emulated: host types and counts, e.g. emu.medium:2,emu.small:1.")
+@click.option("--spec", default="configs/emulated.yaml", show_default=True, type=click.Path(dir_okay=False),
+              help="With --backend emulated: the emulated instance catalog.")
 @click.option("--instance-type", default="local", show_default=True, help="Instance type label recorded in the profile.")
 @click.option("--model-name", help="Model name recorded in the profile (default: the script's file name).")
 @click.option("--device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
@@ -131,6 +136,8 @@ def profile_cmd(
     hang_timeout: float,
     startup_timeout: float,
     backend: str,
+    hosts: str | None,
+    spec: str,
     instance_type: str,
     model_name: str | None,
     device: str,
@@ -161,8 +168,10 @@ def profile_cmd(
         max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
         hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
         instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
-        max_bytes=max_bytes, repeats=repeats,
+        max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,
     )
+    if hosts and backend != "emulated":
+        raise SriftyError("--hosts is for --backend emulated.", "Add --backend emulated, or drop --hosts.")
     chosen = get_backend(backend)
     if dry_run:
         click.echo(chosen.dry_run(request))

@@ -27,6 +27,7 @@ def profile_summary(p: Profile) -> dict[str, Any]:
         "partial_reason": doc.get("partial_reason"),
         "stop_reason": doc["stop_reason"],
         "instance_types": p.instance_types,
+        "config": doc["cluster"].get("config"),
         "world_size": p.world_size,
         "nodes": p.nodes,
         "backend": doc["cluster"]["backend"],
@@ -92,7 +93,7 @@ def render_profiles(summaries: Sequence[dict[str, Any]]) -> Any:
             ci = s["iteration_ci_ms"]
             t.add_row(
                 s["model"],
-                ",".join(s["instance_types"]),
+                s.get("config") or ",".join(s["instance_types"]),
                 f"{s['world_size']} on {s['nodes']}",
                 _num(s["local_batch_size"], "{}"),
                 _num(s["iteration_ms"]),

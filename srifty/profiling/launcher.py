@@ -56,6 +56,9 @@ class ProfileRequest:
     min_bytes: int = 4 * 1024
     max_bytes: int = 64 * 1024 * 1024
     repeats: int = 10
+    hosts: str | None = None
+    spec: str = "configs/emulated.yaml"
+    calibrate: bool = False
 
     def validate(self) -> None:
         if self.nproc < 1:
@@ -645,12 +648,16 @@ def worker_env(request: ProfileRequest, run_dir: str) -> dict[str, str]:
     return env
 
 
-BACKENDS: dict[str, type[ProfilingBackend]] = {"local": LocalBackend}
+# Backends by name, imported when chosen ("module:class").
+BACKENDS: dict[str, str] = {
+    "local": "srifty.profiling.launcher:LocalBackend",
+    "emulated": "srifty.profiling.emulated:EmulatedBackend",
+}
 
 
 def get_backend(name: str) -> ProfilingBackend:
     try:
-        return BACKENDS[name]()
+        module, cls = BACKENDS[name].split(":")
     except KeyError:
         import difflib
 
@@ -659,3 +666,6 @@ def get_backend(name: str) -> ProfilingBackend:
             f"Unknown profiling backend {name!r}.",
             (f"Did you mean {close[0]!r}? " if close else "") + f"Available: {', '.join(sorted(BACKENDS))}.",
         ) from None
+    import importlib
+
+    return getattr(importlib.import_module(module), cls)()
