@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles clean
+.PHONY: setup test demo profiles corpus clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,7 @@ profiles:
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Record the emulated-cluster corpus (needs root; under an hour): configs/corpus-grid.yaml
+corpus:
+	$(BIN)/python scripts/make_corpus.py

@@ -1,8 +1,8 @@
 """The ``emulated`` profiling backend: DDP across emulated hosts on this machine.
 
 ``srifty profile SCRIPT --backend emulated --hosts emu.medium:2,emu.small:1`` brings up
-an emulated cluster of its own (cluster name ``prof``, so a cluster the user brought up
-with ``srifty cluster up`` is left alone), starts one torchrun agent per host inside the
+an emulated cluster of its own (cluster name ``prof``, or ``$SRIFTY_PROFILE_CLUSTER``, so
+a cluster the user brought up with ``srifty cluster up`` is left alone), starts one torchrun agent per host inside the
 host's network namespace and CPU cgroup (static rendezvous on the first host's address,
 gloo bound to the host's shaped interface), and tears the cluster down afterwards, on
 every exit path. The profile records the hosts' types as instance types, their CPU
@@ -47,8 +47,8 @@ class EmulatedBackend(ProfilingBackend):
 
     name = "emulated"
 
-    def __init__(self, cluster_name: str = PROFILING_CLUSTER, keep_cluster: bool = False) -> None:
-        self.cluster_name = cluster_name
+    def __init__(self, cluster_name: str | None = None, keep_cluster: bool = False) -> None:
+        self.cluster_name = cluster_name or os.environ.get("SRIFTY_PROFILE_CLUSTER", PROFILING_CLUSTER)
         self.keep_cluster = keep_cluster
         self.state: Any = None
 

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Record the emulated-cluster corpus described by configs/corpus-grid.yaml (`make corpus`).
+
+Needs root (network namespaces, tc, cgroups). Each run writes one profile:
+  profiles/emulated/<model>/<config>-b<batch>.json   training runs
+  profiles/emulated/collectives/<config>.json        allreduce sweeps
+where <config> is the cluster in srifty's config syntax (e.g. 2xemu.medium+1xemu.small).
+Runs whose profile exists are skipped (resume after an interruption); --force re-records.
+Failed runs are listed in profiles/emulated/FAILED.txt, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from srifty.cluster import parse_hosts  # noqa: E402
+from srifty.errors import SriftyError  # noqa: E402
+from srifty.profiling.emulated import EmulatedBackend, config_string  # noqa: E402
+from srifty.profiling.launcher import ProfileRequest  # noqa: E402
+
+
+def hosts_config(hosts: str) -> str:
+    return config_string([t for t, n in parse_hosts(hosts) for _ in range(n)])
+
+
+def plan(grid: dict, only: str | None) -> list[dict]:
+    runs = []
+    m = grid["measure"]
+    for model, entry in grid["models"].items():
+        if only and model != only:
+            continue
+        sizes = entry["batch_sizes"]
+        for hosts in grid["single_hosts"]:
+            for b in sizes:
+                runs.append({"model": model, "script": entry["script"], "hosts": hosts, "batch": b, **m})
+        for hosts in grid["clusters"]:
+            for b in sizes[: grid.get("cluster_batch_sizes", 1)]:
+                runs.append({"model": model, "script": entry["script"], "hosts": hosts, "batch": b, **m})
+    if not only or only == "collectives":
+        c = grid["collectives"]
+        for hosts in c["clusters"]:
+            runs.append({"model": "collectives", "hosts": hosts, "max_bytes": c["max_bytes"], "repeats": c["repeats"], **m})
+    return runs
+
+
+def out_path(run: dict) -> Path:
+    cfg = hosts_config(run["hosts"])
+    base = ROOT / "profiles" / "emulated"
+    if run["model"] == "collectives":
+        return base / "collectives" / f"{cfg}.json"
+    return base / run["model"] / f"{cfg}-b{run['batch']}.json"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--grid", default=str(ROOT / "configs" / "corpus-grid.yaml"))
+    ap.add_argument("--only", help="one model name, or 'collectives'")
+    ap.add_argument("--force", action="store_true", help="re-record runs whose profile exists")
+    ap.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    args = ap.parse_args()
+    grid = yaml.safe_load(Path(args.grid).read_text())
+    runs = plan(grid, args.only)
+    todo = [r for r in runs if args.force or not out_path(r).exists()]
+    print(f"{len(runs)} runs in the grid, {len(todo)} to record", flush=True)
+    if args.dry_run:
+        for r in todo:
+            print(f"  {r['model']:<15} {r['hosts']:<28} batch {r.get('batch', '-')} -> {out_path(r).relative_to(ROOT)}")
+        return 0
+    failed: list[str] = []
+    t_all = time.monotonic()
+    for i, r in enumerate(todo, 1):
+        out = out_path(r)
+        t0 = time.monotonic()
+        req = ProfileRequest(
+            script=str(ROOT / r["script"]) if r.get("script") else None,
+            batch_size=r.get("batch"), max_seconds=r["max_seconds"], min_iterations=r["min_iterations"],
+            target_rel_ci=r["target_ci"], hosts=r["hosts"], spec=str(ROOT / grid["spec"]),
+            model_name=None if r["model"] == "collectives" else r["model"],
+            collectives=r["model"] == "collectives", max_bytes=r.get("max_bytes", 64 << 20),
+            repeats=r.get("repeats", 10), startup_timeout=240, hang_timeout=120,
+        )
+        try:
+            EmulatedBackend().profile(req, str(out))
+            status = "ok"
+        except SriftyError as exc:
+            status = f"FAILED: {exc}"
+            failed.append(f"{out.relative_to(ROOT)}: {exc}")
+        print(f"[{i}/{len(todo)}] {r['model']} {r['hosts']} b={r.get('batch', '-')}: {status} "
+              f"({time.monotonic() - t0:.0f} s)", flush=True)
+    fail_file = ROOT / "profiles" / "emulated" / "FAILED.txt"
+    if failed:
+        fail_file.parent.mkdir(parents=True, exist_ok=True)
+        fail_file.write_text("\n".join(failed) + "\n")
+    elif fail_file.exists():
+        fail_file.unlink()
+    print(f"done in {(time.monotonic() - t_all) / 60:.1f} min; {len(failed)} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""`srifty profile --backend emulated`: real DDP across namespaced hosts, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from srifty import profile as profile_mod
+
+from conftest import EXAMPLES, ROOT, SCRIPTS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (network namespaces, tc, cgroups)"),
+]
+
+CLUSTER = "etest"  # its own cluster name: never touches a cluster a user or `make corpus` has up
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "SRIFTY_PROFILE_CLUSTER": CLUSTER}
+
+
+def _srifty(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "srifty", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(ROOT), env=_env(), stdin=subprocess.DEVNULL)
+
+
+def _leftovers() -> list[str]:
+    """Namespaces, links and cgroups of the test cluster that still exist."""
+    found = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [line.split()[0] for line in ns.splitlines() if f"srifty-{CLUSTER}-" in line]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [line for line in links.splitlines() if f"srifty-{CLUSTER}" in line]
+    for root in Path("/sys/fs/cgroup").glob("*"):
+        found += [str(p) for p in root.glob(f"srifty-{CLUSTER}-*")]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def clean_cluster():
+    yield
+    left = _leftovers()
+    if left:  # clean up for the next test, then fail this one
+        from srifty import cluster
+
+        cluster.down(CLUSTER)
+    assert not left, f"left behind: {left}"
+
+
+def test_mixed_hosts_profile(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "mixed.json"
+    res = _srifty("profile", str(EXAMPLES / "mlp_recsys.py"), "--backend", "emulated",
+                  "--hosts", "emu.medium:1,emu.small:1", "--max-seconds", "6", "--min-iterations", "8",
+                  "--batch-size", "64", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = profile_mod.load(out).doc
+    cl = doc["cluster"]
+    assert cl["launcher"] == "emulated" and cl["nodes"] == 2 and cl["world_size"] == 2
+    assert cl["config"] == "1xemu.medium+1xemu.small"
+    assert cl["instance_types"] == ["emu.medium", "emu.small"]
+    assert [h["instance_type"] for h in cl["hosts"]] == ["emu.medium", "emu.small"]
+    assert [h["spec"]["cpu_share"] for h in cl["hosts"]] == [0.5, 0.25]
+    assert cl["network"]["bottleneck_mbit"] == 200
+    # every rank ran on its own host
+    assert sorted(r["host"] for r in doc["ranks"]) == ["medium0", "small0"]
+    assert doc["job"]["local_batch_size"] == 64
+    # the slow host sets the pace: the medium host waits for it in its allreduce
+    s = doc["summary"]
+    assert s["exposed_comm_ms"]["median"] > 0
+    no_orphans(str(EXAMPLES / "mlp_recsys.py"))
+
+
+def test_worker_crash_across_hosts_leaves_nothing(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "crash.json"
+    res = _srifty("profile", str(SCRIPTS / "crash_rank1.py"), "--backend", "emulated", "--hosts", "emu.net:2",
+                  "--max-seconds", "60", "--min-iterations", "1000", "--out", str(out))
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    doc = profile_mod.load(out).doc
+    assert doc["status"] == "partial" and len(doc["ranks"][0]["iterations"]) >= 20
+    no_orphans(str(SCRIPTS / "crash_rank1.py"))
+
+
+def test_ctrl_c_during_emulated_run_leaves_nothing(tmp_path: Path, no_orphans) -> None:
+    out = tmp_path / "int.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srifty", "profile", str(SCRIPTS / "slow.py"), "--backend", "emulated",
+         "--hosts", "emu.net:2", "--max-seconds", "120", "--min-iterations", "1000", "--out", str(out)],
+        cwd=str(ROOT), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        runs = [p for p in Path("/tmp").glob("srifty-run-*/rank0.json")]
+        counts = []
+        for p in runs:
+            try:
+                if p.stat().st_mtime > time.time() - 5:
+                    counts.append(len(json.loads(p.read_text())["iterations"]))
+            except (OSError, ValueError):
+                pass
+        if any(c >= 3 for c in counts):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    no_orphans(str(SCRIPTS / "slow.py"))
