@@ -48,6 +48,10 @@ def _console(stderr: bool = False) -> Any:
 LAZY_COMMANDS: dict[str, str] = {
     "catalog": "srifty.commands.catalog:catalog",
     "cluster": "srifty.commands.cluster:cluster",
+    "import": "srifty.commands.latency:import_cmd",
+    "fit": "srifty.commands.latency:fit_cmd",
+    "predict": "srifty.commands.latency:predict_cmd",
+    "validate": "srifty.commands.latency:validate_cmd",
 }
 
 

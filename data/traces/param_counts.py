@@ -1,0 +1,59 @@
+"""Count the parameters of the Pollux trace models whose architecture is standard.
+
+Run: .venv/bin/python data/traces/param_counts.py  (needs torch; prints CSV rows)
+
+- cifar10: ResNet-18 for 32x32 inputs as in kuangliu/pytorch-cifar `models/resnet.py`
+  (3x3 stem, no max-pool, 10 classes), the model of the AdaptDL `pytorch-cifar` example.
+- imagenet: ResNet-50 (torchvision layout: 7x7 stem, bottleneck blocks 3-4-6-3, 1000 classes),
+  the model of the AdaptDL ImageNet example (pytorch/examples `--arch resnet50`).
+deepspeech2 and ncf depend on hyper-parameters (hidden sizes, embedding tables) that no
+source in this repository states, so their parameter counts are left blank.
+"""
+import torch.nn as nn
+
+
+def _bn(c):
+    return nn.BatchNorm2d(c)
+
+
+class Basic(nn.Module):
+    expansion = 1
+
+    def __init__(self, i, o, s):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(i, o, 3, s, 1, bias=False), _bn(o)
+        self.c2, self.b2 = nn.Conv2d(o, o, 3, 1, 1, bias=False), _bn(o)
+        self.sc = nn.Sequential(nn.Conv2d(i, o, 1, s, bias=False), _bn(o)) if s != 1 or i != o else nn.Sequential()
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, i, o, s):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(i, o, 1, bias=False), _bn(o)
+        self.c2, self.b2 = nn.Conv2d(o, o, 3, s, 1, bias=False), _bn(o)
+        self.c3, self.b3 = nn.Conv2d(o, o * 4, 1, bias=False), _bn(o * 4)
+        self.sc = nn.Sequential(nn.Conv2d(i, o * 4, 1, s, bias=False), _bn(o * 4)) if s != 1 or i != o * 4 else nn.Sequential()
+
+
+def resnet(block, layers, classes, stem):
+    mods, c = [stem], 64
+    for n, (o, blocks) in enumerate(zip((64, 128, 256, 512), layers)):
+        for b in range(blocks):
+            mods.append(block(c, o, 2 if (b == 0 and n > 0) else 1))
+            c = o * block.expansion
+    mods.append(nn.Linear(c, classes))
+    return nn.Sequential(*mods)
+
+
+def count(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+if __name__ == "__main__":
+    cifar = resnet(Basic, (2, 2, 2, 2), 10, nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1, bias=False), _bn(64)))
+    r50 = resnet(Bottleneck, (3, 4, 6, 3), 1000, nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), _bn(64)))
+    print("model,param_count")
+    print(f"cifar10,{count(cifar)}")
+    print(f"imagenet,{count(r50)}")

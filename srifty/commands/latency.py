@@ -1,0 +1,204 @@
+"""``srifty import``, ``fit``, ``predict`` and ``validate``: thin shells over the latency-model library.
+
+scikit-learn, pandas and matplotlib are imported inside the command functions only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from srifty.errors import SriftyError
+
+
+def _warn(msg: str) -> None:
+    click.echo(f"warning: {msg}", err=True)
+
+
+@click.command("import", epilog="""\b
+Examples:
+  srifty import data/traces/pollux_g4dn12xlarge.import.csv --out profiles/pollux
+  srifty import my_trace.csv --out profiles/mine --skip-bad
+
+Columns: model, instance_type, placement, local_batch_size, step_time_s; optional
+sync_time_s, param_count, grad_bytes, precision. placement = workers per node joined by
+'+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json.
+""")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the profiles.")
+@click.option("--skip-bad", is_flag=True, help="Import the good rows and list the bad ones (instead of failing).")
+def import_cmd(trace: str, out_dir: str, skip_bad: bool) -> None:
+    """Turn a CSV trace of measured runs into profiles (one per model and instance type)."""
+    from srifty.importer import import_trace
+
+    result = import_trace(trace, out_dir, skip_bad=skip_bad)
+    for line, why in result.bad_rows:
+        click.echo(f"skipped line {line}: {why}", err=True)
+    for path in result.written:
+        click.echo(path)
+    click.echo(f"imported {result.rows} run(s) into {len(result.written)} profile(s)"
+               + (f"; skipped {len(result.bad_rows)} bad row(s)" if result.bad_rows else ""), err=True)
+
+
+@click.command("fit", epilog="""\b
+Examples:
+  srifty fit                                 # the shipped corpus (profiles/pollux, profiles/emulated)
+  srifty fit profiles/pollux my_profiles/ --out model.skops
+""")
+@click.argument("corpus", nargs=-1, type=click.Path())
+@click.option("--out", "-o", default="latency-model.skops", show_default=True, type=click.Path(dir_okay=False),
+              help="Model file to write (skops format, no pickle).")
+@click.option("--quick", is_flag=True, help="A smaller fit (for CI).")
+def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
+    """Train the latency model on profiles with multi-worker runs and save it."""
+    from srifty import model as m
+    from srifty.features import load_corpus
+
+    paths = m.corpus_paths(corpus)
+    if not paths:
+        raise SriftyError("No training corpus given and none shipped found.", "Give profile directories to fit on.")
+    jobs = load_corpus(paths)
+    cat = m.catalog_for_jobs(jobs)
+    pred = m.Predictor.train(jobs, cat, quick=quick)
+    m.save(pred, out)
+    meta = pred.meta
+    click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
+                           "instance_types": meta["instance_types"], "link_scale": meta["link_scale"],
+                           "data_sha256": meta["data_sha256"]}, indent=1))
+
+
+def _read_configs_csv(path: str) -> list[tuple[str, int | None, int]]:
+    rows = []
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if "config" not in (reader.fieldnames or []):
+            raise SriftyError(f"{path}: needs a 'config' column (and optionally 'local_batch_size').")
+        for i, rec in enumerate(reader, start=2):
+            b = (rec.get("local_batch_size") or "").strip()
+            try:
+                rows.append((rec["config"].strip(), int(b) if b else None, i))
+            except ValueError:
+                raise SriftyError(f"{path} line {i}: local_batch_size {b!r} is not a whole number.") from None
+    return rows
+
+
+@click.command("predict", epilog="""\b
+Examples:
+  srifty predict --profile profiles/pollux/imagenet --config 4xg4dn.12xlarge --local-batch-size 64
+  srifty predict --profile profiles/pollux/cifar10/g4dn.12xlarge.json --config 2xg4dn.12xlarge:2 --json
+  srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
+
+Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
+Without --model the model is trained on the shipped corpus in this process (a few seconds).
+""")
+@click.option("--profile", "profile_path", required=True, type=click.Path(),
+              help="A profile file, or a directory with one model's profiles (several instance types).")
+@click.option("--config", "config_text", help="Cluster configuration, e.g. 2xp3.8xlarge+1xg5.12xlarge.")
+@click.option("--configs", "configs_csv", type=click.Path(dir_okay=False), help="CSV with columns config, local_batch_size.")
+@click.option("--local-batch-size", "-b", type=int, help="Per-worker batch size (default: the profile's).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="A model file from `srifty fit`.")
+@click.option("--catalog", "catalog_path", type=click.Path(), help="Catalog CSV or emulated YAML (default: EC2).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | None, local_batch_size: int | None,
+                model_path: str | None, catalog_path: str | None, as_json: bool) -> None:
+    """Predict iteration time and throughput of a profiled model on other configurations."""
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import load_job
+
+    if bool(config_text) == bool(configs_csv):
+        raise SriftyError("Give exactly one of --config and --configs.", "e.g. --config 4xg4dn.12xlarge")
+    job = load_job(profile_path)
+    base = Catalog.default(catalog_path) if catalog_path else None
+    cat = m.catalog_for_jobs([job], base)
+    for w in getattr(cat, "warnings", []) or []:
+        _warn(w)
+    requests = [(config_text, local_batch_size, 0)] if config_text else _read_configs_csv(configs_csv or "")
+    default_b = max((r.local_batch_size for r in job.runs if r.world_size == min(x.world_size for x in job.runs)),
+                    default=None)
+    rows = []
+    for text, b, line in requests:
+        where = f" ({configs_csv} line {line})" if line else ""
+        try:
+            config = parse_config(text).resolved(cat)
+        except SriftyError as exc:
+            raise SriftyError(f"{exc.message}{where}", exc.hint) from None
+        rows.append((config, b or local_batch_size or default_b))
+    if model_path:
+        pred = m.load(model_path)
+    else:
+        click.echo("note: training the latency model on the shipped corpus (use `srifty fit` and --model to reuse one)",
+                   err=True)
+        pred = m.default_predictor()
+    results = pred.predict(job, cat, rows)
+    for r in results:
+        for w in r.warnings:
+            _warn(f"{r.config}: {w}")
+        if as_json:
+            d = r.to_dict()
+            click.echo(json.dumps({k: d[k] for k in ("config", "local_batch_size", "iteration_ms", "interval_ms",
+                                                       "throughput_samples_per_s", "source")}))
+        else:
+            click.echo(f"{r.config:<40} batch {r.local_batch_size:>5}  {r.iteration_ms:9.1f} ms "
+                       f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]  {r.throughput_samples_per_s:10.1f} samples/s"
+                       f"  {r.source}")
+
+
+@click.command("validate", epilog="""\b
+Examples:
+  srifty validate --quick
+  srifty validate profiles/pollux --out docs/ACCURACY.md --plot docs/accuracy.png
+""")
+@click.argument("corpus", nargs=-1, type=click.Path())
+@click.option("--quick", is_flag=True, help="Smaller fits and only the lomo-1gpu and nodes>4 splits (CI, < 3 min).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the Markdown report here (e.g. docs/ACCURACY.md).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a predicted-vs-measured PNG here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the pooled figures as JSON.")
+def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, as_json: bool) -> None:
+    """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
+    from srifty import model as m
+    from srifty import validate as v
+    from srifty.features import load_corpus
+
+    paths = m.corpus_paths(corpus)
+    if not paths:
+        raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
+    jobs = load_corpus(paths)
+    cat = m.catalog_for_jobs(jobs)
+    splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "nodes>4", "loio")
+    report = v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s: click.echo(s, err=True))
+    command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
+    root = m.ROOT
+    rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
+    if plot:
+        v.write_plot(report, plot)
+    if out:
+        plot_ref = None
+        if plot:
+            plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
+                if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(v.render_markdown(report, command, rel, plot_ref))
+    pooled = report.pooled()
+    if as_json:
+        click.echo(json.dumps({"splits": pooled, "notes": report.notes}, indent=1))
+        return
+    click.echo(f"{'split':<12} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
+    click.echo(f"{'':<12} {'':>5}  " + "  ".join(f"{'MAPE/median/p90 %':>22}" for _ in v.METHODS))
+    for split, ms in pooled.items():
+        cells = "  ".join(f"{ms[k]['mape']:>8.1f}/{ms[k]['median']:>5.1f}/{ms[k]['p90']:>6.1f}" for k in v.METHODS)
+        click.echo(f"{split:<12} {ms['model']['n']:>5}  {cells}")
+    for r in report.results:
+        st = r.stats()
+        best = min(v.METHODS, key=lambda k: st[k]["mape"])
+        if best != "model":
+            click.echo(f"note: {r.split}/{r.fold}: {best} ({st[best]['mape']:.1f}%) beats the model "
+                       f"({st['model']['mape']:.1f}%)", err=True)
+    for n in report.notes:
+        click.echo(f"note: {n}", err=True)

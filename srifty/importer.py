@@ -1,0 +1,241 @@
+"""Import external measurements (a CSV trace) as srifty profiles.
+
+The trace has one row per measured run::
+
+    model, instance_type, placement, local_batch_size, step_time_s
+    [, sync_time_s, param_count, grad_bytes, precision]
+
+``placement`` lists the workers on each node joined by ``+`` (``4+4``, ``1+1+1+3``).
+Every (model, instance type) becomes one profile document, ``DIR/<model>/<instance_type>.json``:
+a schema-1 profile with ``stop_reason: "imported"`` whose ``summary`` describes the
+reference run (the single-worker run at the largest batch when there is one) and whose
+optional ``runs`` array holds every measured run (see docs/latency-model.md).
+
+Rows that cannot be read are never dropped silently: :func:`read_trace` raises one
+:class:`TraceError` listing every bad line, or with ``skip_bad=True`` returns them in
+:attr:`Trace.bad_rows` so that the caller reports them.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srifty import __version__
+from srifty.errors import SriftyError
+
+REQUIRED_COLUMNS = ("model", "instance_type", "placement", "local_batch_size", "step_time_s")
+OPTIONAL_COLUMNS = ("sync_time_s", "param_count", "grad_bytes", "precision")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class TraceError(SriftyError):
+    """A trace file that cannot be imported as it is."""
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    line: int
+    model: str
+    instance_type: str
+    workers_per_node: tuple[int, ...]
+    local_batch_size: int
+    step_time_s: float
+    sync_time_s: float | None = None
+    param_count: int | None = None
+    grad_bytes: int | None = None
+    precision: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.workers_per_node)
+
+
+@dataclass
+class Trace:
+    path: str
+    sha256: str
+    rows: list[TraceRow] = field(default_factory=list)
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+
+
+def parse_placement(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in str(text).strip().split("+")]
+    if not parts or any(not p.isdigit() or int(p) < 1 for p in parts):
+        raise ValueError(f"placement {text!r} is not workers per node joined by '+' (e.g. 4+4)")
+    return tuple(int(p) for p in parts)
+
+
+def _opt_float(value: str, name: str) -> float | None:
+    if value is None or str(value).strip() == "":
+        return None
+    x = float(value)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return x
+
+
+def _opt_int(value: str, name: str) -> int | None:
+    x = _opt_float(value, name)
+    if x is None:
+        return None
+    if x != int(x):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return int(x)
+
+
+def _parse_row(line: int, rec: dict[str, str]) -> TraceRow:
+    model = (rec.get("model") or "").strip()
+    itype = (rec.get("instance_type") or "").strip()
+    if not _SAFE_NAME.match(model):
+        raise ValueError(f"model {model!r} must be a non-empty name of letters, digits, '.', '_' or '-'")
+    if not _SAFE_NAME.match(itype):
+        raise ValueError(f"instance_type {itype!r} must be a non-empty name such as g4dn.12xlarge")
+    wpn = parse_placement(rec.get("placement") or "")
+    bsz = _opt_int(rec.get("local_batch_size") or "", "local_batch_size")
+    if bsz is None or bsz < 1:
+        raise ValueError(f"local_batch_size must be a whole number >= 1, got {rec.get('local_batch_size')!r}")
+    step = _opt_float(rec.get("step_time_s") or "", "step_time_s")
+    if step is None or step <= 0:
+        raise ValueError(f"step_time_s must be a number > 0, got {rec.get('step_time_s')!r}")
+    sync = _opt_float(rec.get("sync_time_s") or "", "sync_time_s")
+    if sync is not None and sync > step:
+        raise ValueError(f"sync_time_s ({sync}) exceeds step_time_s ({step})")
+    precision = (rec.get("precision") or "").strip() or None
+    return TraceRow(line, model, itype, wpn, bsz, step, sync, _opt_int(rec.get("param_count") or "", "param_count"),
+                    _opt_int(rec.get("grad_bytes") or "", "grad_bytes"), precision)
+
+
+def read_trace(path: str | Path, skip_bad: bool = False) -> Trace:
+    """Read and check a trace CSV; bad rows raise one error listing them (or are returned with skip_bad)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"Cannot read the trace {p}: {exc.strerror}.", "Check the path.") from None
+    text = data.decode("utf-8-sig", errors="replace")
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise TraceError(
+            f"{p}: the trace lacks the column(s) {', '.join(missing)} (it has: {', '.join(header) or 'none'}).",
+            f"Required: {', '.join(REQUIRED_COLUMNS)}; optional: {', '.join(OPTIONAL_COLUMNS)}.",
+        )
+    reader.fieldnames = header
+    trace = Trace(str(p), hashlib.sha256(data).hexdigest())
+    for i, rec in enumerate(reader, start=2):
+        if all(not (v or "").strip() for k, v in rec.items() if k is not None):
+            continue  # blank line
+        try:
+            trace.rows.append(_parse_row(i, rec))
+        except (ValueError, TypeError) as exc:
+            trace.bad_rows.append((i, str(exc)))
+    if trace.bad_rows and not skip_bad:
+        listed = "; ".join(f"line {n}: {why}" for n, why in trace.bad_rows[:20])
+        more = f" (and {len(trace.bad_rows) - 20} more)" if len(trace.bad_rows) > 20 else ""
+        raise TraceError(f"{p}: {len(trace.bad_rows)} bad row(s): {listed}{more}.",
+                         "Fix them, or pass --skip-bad to import the rest (the bad rows are still listed).")
+    if not trace.rows:
+        raise TraceError(f"{p}: no importable rows.", "The trace needs at least one measured run.")
+    return trace
+
+
+def _point_stat(value: float) -> dict[str, Any]:
+    return {"median": value, "p10": value, "p90": value, "mean": value, "n": 1, "ci_low": value, "ci_high": value}
+
+
+def _consistent(rows: list[TraceRow], attr: str, group: str) -> Any:
+    values = {getattr(r, attr) for r in rows if getattr(r, attr) is not None}
+    if len(values) > 1:
+        lines = sorted({r.line for r in rows if getattr(r, attr) is not None})[:10]
+        raise TraceError(f"{group}: rows disagree on {attr} ({', '.join(map(str, sorted(values)))}; lines {lines}).",
+                         f"One model has one {attr}: fix the trace.")
+    return next(iter(values), None)
+
+
+def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
+    """One schema-1 profile document per (model, instance type) of the trace."""
+    from srifty.profile import utc_now
+
+    groups: dict[tuple[str, str], list[TraceRow]] = defaultdict(list)
+    for r in trace.rows:
+        groups[(r.model, r.instance_type)].append(r)
+    out = {}
+    for (model, itype), rows in sorted(groups.items()):
+        name = f"{model} on {itype}"
+        param_count = _consistent(rows, "param_count", name)
+        grad_bytes = _consistent(rows, "grad_bytes", name)
+        precision = _consistent(rows, "precision", name)
+        single = [r for r in rows if r.world_size == 1]
+        ref = max(single, key=lambda r: (r.local_batch_size, -r.line)) if single else \
+            min(rows, key=lambda r: (r.world_size, -r.local_batch_size, r.line))
+        step_ms = ref.step_time_s * 1e3
+        sync_ms = (ref.sync_time_s or 0.0) * 1e3
+        zero = _point_stat(0.0)
+        summary = {
+            "iteration_ms": _point_stat(step_ms), "forward_ms": zero, "backward_ms": zero,
+            "backward_compute_ms": zero, "exposed_comm_ms": _point_stat(sync_ms), "optimizer_ms": zero,
+            "other_ms": _point_stat(max(step_ms - sync_ms, 0.0)),
+            "sync_ms": _point_stat(sync_ms) if ref.sync_time_s is not None else None,
+            "throughput_samples_per_s": ref.world_size * ref.local_batch_size / ref.step_time_s,
+            "buckets": [],
+        }
+        runs = [
+            {"workers_per_node": list(r.workers_per_node), "local_batch_size": r.local_batch_size,
+             "step_time_ms": r.step_time_s * 1e3,
+             "sync_time_ms": None if r.sync_time_s is None else r.sync_time_s * 1e3, "line": r.line}
+            for r in sorted(rows, key=lambda r: (r.world_size, len(r.workers_per_node), r.workers_per_node,
+                                                 r.local_batch_size, r.line))
+        ]
+        device = "cpu" if itype.startswith("emu.") else "cuda"
+        doc = {
+            "schema_version": 1, "kind": "training", "status": "complete", "stop_reason": "imported",
+            "partial_reason": None, "created_at": utc_now(), "srifty_version": __version__,
+            "job": {"model": model, "script": None, "script_sha256": None, "args": [],
+                    "local_batch_size": ref.local_batch_size, "requested_batch_size": None,
+                    "param_count": param_count, "grad_bytes": grad_bytes,
+                    "grad_dtype": None, "precision": precision, "bucket_cap_mb": None, "buckets": []},
+            "cluster": {"launcher": "imported", "backend": "unknown", "device": device,
+                        "world_size": ref.world_size, "nodes": len(ref.workers_per_node),
+                        "workers_per_node": list(ref.workers_per_node), "instance_types": [itype],
+                        "hosts": [{"name": f"node{i}", "instance_type": itype, "workers": w}
+                                  for i, w in enumerate(ref.workers_per_node)]},
+            "environment": {"python": "unknown", "torch": None, "srifty": __version__},
+            "measurement": {"target_rel_ci": 1.0, "iterations_used": 1},
+            "summary": summary, "ranks": [], "runs": runs,
+            "import": {"source": Path(trace.path).name, "sha256": trace.sha256, "rows": len(rows)},
+            "warnings": [
+                f"Imported from {Path(trace.path).name} (sha256 {trace.sha256[:12]}): {len(rows)} measured run(s) in "
+                "`runs`. The trace gives step (and sync) times only: forward/backward/optimizer are recorded as 0 "
+                "and other_ms holds step - sync time of the reference run."
+            ],
+        }
+        out[(model, itype)] = doc
+    return out
+
+
+@dataclass
+class ImportResult:
+    written: list[str]
+    rows: int
+    bad_rows: list[tuple[int, str]]
+
+
+def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False) -> ImportResult:
+    """Read ``path`` and write ``out_dir/<model>/<instance_type>.json`` for every group."""
+    from srifty import profile as profile_mod
+
+    trace = read_trace(path, skip_bad=skip_bad)
+    written = []
+    for (model, itype), doc in build_profiles(trace).items():
+        target = Path(out_dir) / model / f"{itype}.json"
+        profile_mod.save(doc, target)
+        written.append(str(target))
+    return ImportResult(written, len(trace.rows), trace.bad_rows)

@@ -1,0 +1,123 @@
+"""The analytical simulator: α–β allreduce algebra and bucketed allreduce overlapped with backward.
+
+Pure Python and numpy, no learned parts. Units: bytes, milliseconds, GB/s (1e9 bytes/s),
+microseconds for link latency.
+
+- ring allreduce of S bytes over p workers: each worker sends and receives 2(p−1)/p·S bytes
+  in 2(p−1) steps: T = 2(p−1)/p · S/B + 2(p−1)·α.
+- across nodes the ring crosses every node's NIC once each way, so B is the slowest link on
+  the ring (inter-node NIC or intra-node path) and α the largest latency.
+- hierarchical (equal workers per node g, n nodes): intra reduce-scatter, inter allreduce of
+  the node's shard on every rail (the NIC carries 2(n−1)/n·S in all), intra all-gather.
+- iteration: forward, then backward during which DDP buckets become ready (the profile's
+  ready times when known, else a uniform split); each bucket's allreduce starts when it is
+  ready and the previous one finished; the step ends when both backward and the last
+  allreduce are done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
+DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first (last-layer) bucket is capped at 1 MiB
+DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ≈ 2× forward FLOPs; used only when a profile has no split
+
+
+@dataclass(frozen=True)
+class Link:
+    """A communication path: bandwidth (GB/s, one direction) and per-message latency (µs)."""
+
+    gbytes_per_s: float
+    latency_us: float
+
+    def __post_init__(self) -> None:
+        if not self.gbytes_per_s > 0:
+            raise ValueError(f"link bandwidth must be > 0 GB/s, got {self.gbytes_per_s}")
+
+
+def _transfer_ms(nbytes: float, link: Link) -> float:
+    return nbytes / (link.gbytes_per_s * 1e9) * 1e3
+
+
+def ring_allreduce_ms(nbytes: float, world: int, link: Link) -> float:
+    """Ring allreduce time of ``nbytes`` over ``world`` workers on one kind of link."""
+    if world <= 1 or nbytes <= 0:
+        return 0.0
+    p = world
+    return 2 * (p - 1) / p * _transfer_ms(nbytes, link) + 2 * (p - 1) * link.latency_us / 1e3
+
+
+def hierarchical_allreduce_ms(nbytes: float, nodes: int, per_node: int, intra: Link, inter: Link) -> float:
+    """Reduce-scatter in the node, allreduce of the shards across nodes, all-gather in the node."""
+    if nodes * per_node <= 1 or nbytes <= 0:
+        return 0.0
+    g, n = per_node, nodes
+    t = 0.0
+    if g > 1:
+        t += 2 * ((g - 1) / g * _transfer_ms(nbytes, intra) + (g - 1) * intra.latency_us / 1e3)
+    if n > 1:
+        t += 2 * (n - 1) / n * _transfer_ms(nbytes, inter) + 2 * (n - 1) * inter.latency_us / 1e3
+    return t
+
+
+def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, inter: Link) -> float:
+    """Best of flat ring and hierarchical allreduce for a placement (workers on each node)."""
+    wpn = [int(w) for w in workers_per_node]
+    p, n = sum(wpn), len(wpn)
+    if p <= 1:
+        return 0.0
+    if n == 1:
+        return ring_allreduce_ms(nbytes, p, intra)
+    bottleneck = Link(min(intra.gbytes_per_s, inter.gbytes_per_s), max(intra.latency_us, inter.latency_us))
+    best = ring_allreduce_ms(nbytes, p, bottleneck)
+    if len(set(wpn)) == 1:
+        best = min(best, hierarchical_allreduce_ms(nbytes, n, wpn[0], intra, inter))
+    return best
+
+
+def bucket_layout(grad_bytes: float, cap_bytes: float = DEFAULT_BUCKET_CAP_BYTES,
+                  first_bytes: float = DEFAULT_FIRST_BUCKET_BYTES) -> list[float]:
+    """DDP-like bucket sizes in ready order: a small first bucket, then buckets of ``cap_bytes``."""
+    if grad_bytes <= 0:
+        return []
+    sizes = [min(first_bytes, grad_bytes)]
+    left = grad_bytes - sizes[0]
+    while left > 0:
+        sizes.append(min(cap_bytes, left))
+        left -= sizes[-1]
+    return sizes
+
+
+@dataclass(frozen=True)
+class SimResult:
+    iteration_ms: float
+    compute_ms: float
+    allreduce_ms: float  # sum of bucket allreduce times (as if not overlapped)
+    exposed_comm_ms: float  # what the overlap leaves after backward
+
+
+def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers_per_node: Sequence[int],
+                       intra: Link, inter: Link, backward_fraction: float = DEFAULT_BACKWARD_FRACTION,
+                       ready_fractions: Sequence[float] | None = None, optimizer_ms: float = 0.0) -> SimResult:
+    """One training step: ``compute_ms`` (forward + backward of the slowest worker), buckets
+    all-reduced as they become ready during backward, then ``optimizer_ms``.
+
+    ``ready_fractions``: when each bucket is ready, as a fraction of backward (0..1); by default
+    bucket k of K is ready after (k+1)/K of backward.
+    """
+    fwd = compute_ms * (1.0 - backward_fraction)
+    bwd = compute_ms * backward_fraction
+    k = len(bucket_bytes)
+    if sum(workers_per_node) <= 1 or k == 0:
+        return SimResult(compute_ms + optimizer_ms, compute_ms, 0.0, 0.0)
+    fracs = list(ready_fractions) if ready_fractions is not None else [(i + 1) / k for i in range(k)]
+    end = 0.0
+    total = 0.0
+    for size, frac in zip(bucket_bytes, fracs):
+        t = allreduce_ms(size, workers_per_node, intra, inter)
+        total += t
+        end = max(end, fwd + bwd * min(max(frac, 0.0), 1.0)) + t
+    step_end = max(compute_ms, end)
+    return SimResult(step_end + optimizer_ms, compute_ms, total, step_end - compute_ms)

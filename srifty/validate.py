@@ -1,0 +1,248 @@
+"""Grouped validation of the latency model: never tests on what it trained on.
+
+Splits (on whatever corpora exist):
+
+- ``lomo-1gpu``: leave one model out; the held-out model is known only by its single-GPU
+  runs and its parameter count (when the trace states it); tested on all its multi-node runs.
+- ``lomo-1node``: the same, but the held-out model's profile is one node (1..N GPUs of one
+  instance), as a user profiling on a single VM would have; tested on its multi-node runs.
+- ``nodes>4``: extrapolation in scale: trained on every model's runs with at most 4 nodes,
+  tested on runs with more.
+- ``loio``: leave one instance type out, where the corpus has several (e.g. profiles/emulated).
+
+Baselines on the same rows: the analytical simulator with catalog link figures
+(``simulator``), linear scaling of single-worker throughput (``linear``), and a
+Pollux-style model (``pollux``): T = (T_compute^γ + T_sync^γ)^(1/γ) with
+T_sync = α + β·(K − 2) across nodes (α_local, β_local within one node), fitted on the
+training rows, scaled by gradient size where known.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from srifty.features import JobProfile, Run
+from srifty.model import CommModel, LatencyModel, table_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from srifty.catalog import Catalog
+
+METHODS = ("model", "simulator", "pollux", "linear")
+
+
+@dataclass
+class SplitResult:
+    split: str
+    fold: str
+    n: int
+    errors: dict[str, "np.ndarray"]  # method -> absolute percentage errors
+    measured: "np.ndarray"
+    predicted: dict[str, "np.ndarray"]
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        import numpy as np
+
+        return {m: {"mape": float(np.mean(e)), "median": float(np.median(e)), "p90": float(np.percentile(e, 90))}
+                for m, e in self.errors.items()}
+
+
+@dataclass
+class ValidationReport:
+    results: list[SplitResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def pooled(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per split (all folds pooled): method -> {mape, median, p90, n}."""
+        import numpy as np
+
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for split in dict.fromkeys(r.split for r in self.results):
+            rs = [r for r in self.results if r.split == split]
+            out[split] = {}
+            for m in METHODS:
+                e = np.concatenate([r.errors[m] for r in rs])
+                out[split][m] = {"mape": float(np.mean(e)), "median": float(np.median(e)),
+                                 "p90": float(np.percentile(e, 90)), "n": int(len(e))}
+        return out
+
+
+# --------------------------------------------------------------------------- Pollux-style baseline
+
+
+def _pollux_predict(params: "np.ndarray", compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray",
+                    scale: "np.ndarray") -> "np.ndarray":
+    import numpy as np
+
+    a_l, b_l, a_n, b_n, g = np.exp(params[:4]).tolist() + [1.0 + np.exp(params[4])]
+    k = np.maximum(world - 2, 0)
+    sync = np.where(nodes > 1, a_n + b_n * k, a_l + b_l * k) * scale
+    sync = np.where(world > 1, sync, 0.0)
+    return (compute ** g + sync ** g) ** (1.0 / g)
+
+
+def fit_pollux(compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray", scale: "np.ndarray",
+               y: "np.ndarray") -> "np.ndarray":
+    import numpy as np
+    from scipy.optimize import minimize
+
+    def loss(p: "np.ndarray") -> float:
+        return float(np.mean(np.abs(np.log(_pollux_predict(p, compute, nodes, world, scale) / y))))
+
+    x0 = np.log(np.array([5.0, 1.0, 20.0, 2.0, 1.0]))
+    return minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-5}).x
+
+
+# --------------------------------------------------------------------------- one fold
+
+
+def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs: Sequence[JobProfile],
+             views: dict[str, JobProfile], test_keep: Callable[[JobProfile, Run], bool],
+             train_keep: Callable[[JobProfile, Run], bool] | None, catalog: "Catalog", quick: bool) -> SplitResult | None:
+    import numpy as np
+
+    train_views = {j.model: j.restricted(lambda r, j=j: train_keep(j, r)) for j in train_jobs} if train_keep else {}
+    fit_jobs = [train_views.get(j.model, j) for j in train_jobs]
+    comm = CommModel(max_rows=200 if quick else 600,
+                     inter_grid=(0.01, 0.03, 0.1, 0.18, 0.32, 0.56, 1.0) if quick else CommModel.inter_grid,
+                     intra_grid=(0.05, 0.2, 0.5, 1.0) if quick else CommModel.intra_grid).fit(fit_jobs, catalog)
+    tr = table_for(fit_jobs, catalog, comm.link_scale_)
+    te = table_for(test_jobs, catalog, comm.link_scale_, keep=test_keep, views=views)
+    if len(te.y_ms) == 0 or len(tr.y_ms) < 10:
+        return None
+    lm = LatencyModel(max_iter=120 if quick else 200).fit(tr.X, tr.y_ms)
+    raw = table_for(test_jobs, catalog, None, keep=test_keep, views=views)  # catalog links, uncalibrated
+    y = te.y_ms
+    ref_gb = np.nanmean(np.exp(tr.X["log_grad_mb"].to_numpy(dtype=float)))
+
+    def scale_of(X: Any) -> "np.ndarray":
+        gb = np.exp(X["log_grad_mb"].to_numpy(dtype=float))
+        return np.where(np.isfinite(gb) & np.isfinite(ref_gb), gb / ref_gb, 1.0)
+
+    params = fit_pollux(tr.X["compute_ms"].to_numpy(), tr.X["nodes"].to_numpy(), tr.X["world_size"].to_numpy(),
+                        scale_of(tr.X), tr.y_ms)
+    preds = {
+        "model": lm.predict(te.X),
+        "simulator": raw.X["sim_ms"].to_numpy(),
+        "pollux": _pollux_predict(params, te.X["compute_ms"].to_numpy(), te.X["nodes"].to_numpy(),
+                                  te.X["world_size"].to_numpy(), scale_of(te.X)),
+        "linear": te.X["compute_ms"].to_numpy(),
+    }
+    errors = {m: np.abs(p - y) / y * 100 for m, p in preds.items()}
+    return SplitResult(split, fold, len(y), errors, y, preds)
+
+
+def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
+             splits: Sequence[str] = ("lomo-1gpu", "lomo-1node", "nodes>4", "loio"),
+             progress: Callable[[str], None] | None = None) -> ValidationReport:
+    report = ValidationReport()
+    say = progress or (lambda _: None)
+    models = [j.model for j in jobs]
+    for split in splits:
+        if split.startswith("lomo"):
+            if len(jobs) < 2:
+                report.notes.append(f"{split}: needs at least 2 models, the corpus has {len(jobs)}.")
+                continue
+            for held in jobs:
+                say(f"{split}: holding out {held.model}")
+                view = held.restricted((lambda r: r.world_size == 1) if split == "lomo-1gpu" else (lambda r: r.nodes == 1))
+                res = run_fold(split, held.model, [j for j in jobs if j is not held], [held], {held.model: view},
+                               lambda j, r: r.nodes >= 2, None, catalog, quick)
+                if res:
+                    report.results.append(res)
+        elif split == "nodes>4":
+            say("nodes>4: training on runs with at most 4 nodes")
+            views = {j.model: j.restricted(lambda r: r.nodes <= 4) for j in jobs}
+            res = run_fold(split, "all models", jobs, jobs, views, lambda j, r: r.nodes > 4,
+                           lambda j, r: r.nodes <= 4, catalog, quick)
+            if res:
+                report.results.append(res)
+            else:
+                report.notes.append("nodes>4: no run with more than 4 nodes in the corpus.")
+        elif split == "loio":
+            types = sorted({t for j in jobs for t in j.instance_types})
+            if len(types) < 2:
+                report.notes.append(f"loio: the corpus has one instance type ({', '.join(types)}); "
+                                    "leave-one-instance-type-out needs several (e.g. profiles/emulated).")
+                continue
+            for t in types:
+                say(f"loio: holding out {t}")
+                views = {j.model: j.restricted(lambda r, t=t: r.instance_type != t) for j in jobs}
+                res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: r.instance_type == t,
+                               lambda j, r, t=t: r.instance_type != t, catalog, quick)
+                if res:
+                    report.results.append(res)
+    if not report.results:
+        report.notes.append(f"No split could be evaluated on the corpus (models: {', '.join(models)}).")
+    return report
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str], plot: str | None) -> str:
+    pooled = report.pooled()
+    lines = [
+        "# Latency-model accuracy",
+        "",
+        f"Generated by `{command}` on {dt.date.today().isoformat()} from {', '.join(corpus)}. "
+        "Rerun it to reproduce; nothing on this page is typed by hand.",
+        "",
+        "Absolute percentage error of the predicted iteration time per split (all folds pooled), "
+        "for the learned model and the baselines on the same rows. See srifty/validate.py for the splits.",
+        "",
+        "| split | rows | method | MAPE % | median % | p90 % |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for split, ms in pooled.items():
+        for m in METHODS:
+            s = ms[m]
+            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} |")
+    lines += ["", "Per fold (MAPE %):", "", "| split | fold | rows | " + " | ".join(METHODS) + " | model best? |",
+              "|---|---|---:|" + "---:|" * len(METHODS) + "---|"]
+    for r in report.results:
+        st = r.stats()
+        best = min(METHODS, key=lambda m: st[m]["mape"])
+        lines.append(f"| {r.split} | {r.fold} | {r.n} | " + " | ".join(f"{st[m]['mape']:.1f}" for m in METHODS)
+                     + f" | {'yes' if best == 'model' else 'no: ' + best} |")
+    not_best = [f"{r.split}/{r.fold}" for r in report.results
+                if min(METHODS, key=lambda m: r.stats()[m]["mape"]) != "model"]
+    lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")
+              if not_best else "The learned model beats every baseline on every fold."]
+    if report.notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in report.notes]
+    if plot:
+        lines += ["", f"![predicted vs measured]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_plot(report: ValidationReport, path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    splits = list(dict.fromkeys(r.split for r in report.results))
+    fig, axes = plt.subplots(1, len(splits), figsize=(4.2 * len(splits), 4.2), squeeze=False)
+    for ax, split in zip(axes[0], splits):
+        rs = [r for r in report.results if r.split == split]
+        y = np.concatenate([r.measured for r in rs])
+        for m, style in (("simulator", "x"), ("model", ".")):
+            ax.scatter(y, np.concatenate([r.predicted[m] for r in rs]), s=4, marker=style, alpha=0.5, label=m)
+        lo, hi = float(y.min()) * 0.8, float(y.max()) * 1.25
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(split)
+        ax.set_xlabel("measured iteration ms")
+        ax.set_ylabel("predicted ms")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
