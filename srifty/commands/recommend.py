@@ -1,0 +1,218 @@
+"""``srifty recommend``: which configurations to rent (a thin shell over srifty.solver)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from srifty.errors import SriftyError
+
+EPILOG = """\b
+Examples:
+  srifty recommend --profile profiles/local/cnn_resnet.json --budget 12
+  srifty recommend --profile profiles/local/cnn_resnet.json --min-throughput 800 --budget 12
+  srifty recommend --profile P --samples 5e7 --deadline 10 --objective cost
+  srifty recommend --profile P --epochs 90 --dataset-size 1281167 --total-budget 500 --no-spot
+  srifty recommend --profile P --instance-types 'g5.*,g6.*' --max-nodes 8 --pareto --plot front.png
+  srifty recommend --profile profiles/emulated/cnn_resnet --catalog configs/emulated.yaml --json
+
+\b
+Figures: `source` says measured (the profile has this exact run), predicted (latency
+model) or transferred (compute carried over from another instance type by GPU/CPU
+specs; wider interval). Spot throughput is expected goodput: interruptions per hour
+× (restart overhead + half a checkpoint interval) is taken off.
+"""
+
+
+def _money(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"${x:,.{digits}f}"
+
+
+def _split(r: Any) -> str:
+    return " / ".join(f"{t} {b:.1f}" for t, b in r.batch_split.items())
+
+
+def _hours(h: float | None) -> str:
+    if h is None:
+        return "-"
+    return f"{h:.2f} h" if h < 100 else f"{h:,.0f} h"
+
+
+def _table(rows: list[Any], with_job: bool, title: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col, just in [("#", "right"), ("config", "left"), ("market", "left"), ("GPUs", "right"),
+                      ("batch/worker", "left"), ("iter ms [interval]", "right"), ("samples/s", "right"),
+                      ("$/h", "right"), ("$/1M samples", "right")]:
+        t.add_column(col, justify=just)
+    if with_job:
+        t.add_column("time", justify="right")
+        t.add_column("$ to finish", justify="right")
+    t.add_column("source")
+    for r in rows:
+        mark = "★" if r.chosen else ""
+        cells = [f"{mark}{r.rank or ''}", r.config, r.market, str(r.gpus), _split(r),
+                 f"{r.iteration_ms:.1f} [{r.interval_ms[0]:.0f}–{r.interval_ms[1]:.0f}]",
+                 f"{r.throughput_samples_per_s:,.1f}", _money(r.usd_per_hour), _money(r.usd_per_million_samples, 3)]
+        if with_job:
+            cells += [_hours(r.hours_to_finish), _money(r.usd_to_finish)]
+        cells.append(r.source)
+        t.add_row(*cells, style="bold" if r.chosen else None)
+    return t
+
+
+def _csv(rows: list[Any]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    fields = ["rank", "chosen", "config", "market", "gpus", "nodes", "batch_split", "iteration_ms", "interval_low_ms",
+              "interval_high_ms", "throughput_samples_per_s", "usd_per_hour", "usd_per_million_samples",
+              "hours_to_finish", "usd_to_finish", "interruptions_per_hour", "source"]
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for r in rows:
+        d = r.to_dict()
+        d["batch_split"] = ";".join(f"{k}={v}" for k, v in d["batch_split"].items())
+        d["interval_low_ms"], d["interval_high_ms"] = d.pop("interval_ms")
+        w.writerow({k: d.get(k, "") for k in fields})
+    return buf.getvalue()
+
+
+def plot_front(result: Any, path: str) -> None:
+    """Pareto front of throughput vs $/h, the constraints and the chosen point (matplotlib Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = result.constraints
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [p.usd_per_hour for p in result.pareto]
+    ys = [p.throughput_samples_per_s for p in result.pareto]
+    ax.step(xs, ys, where="post", color="tab:blue", alpha=0.6)
+    ax.scatter(xs, ys, s=14, color="tab:blue", label="Pareto front (feasible)")
+    if c.budget_per_hour:
+        ax.axvline(c.budget_per_hour, color="tab:red", ls="--", label=f"--budget ${c.budget_per_hour:g}/h")
+    need = c.required_throughput
+    if need:
+        ax.axhline(need, color="tab:orange", ls="--", label=f"required {need:,.0f} samples/s")
+    ch = result.chosen
+    ax.scatter([ch.usd_per_hour], [ch.throughput_samples_per_s], s=120, marker="*", color="black", zorder=5,
+               label=f"chosen: {ch.config}")
+    ax.set_xlabel("$ per hour")
+    ax.set_ylabel("samples/s (expected)")
+    ax.set_title(f"srifty recommend — objective: {result.objective.value}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@click.command("recommend", epilog=EPILOG)
+@click.option("--profile", "profiles", multiple=True, required=True, metavar="PATH",
+              help="Profile file(s) or a directory of one model's profiles.")
+@click.option("--catalog", "catalog_path", metavar="FILE", help="Catalog CSV or emulated YAML (default: the EC2 catalog).")
+@click.option("--model", "model_path", metavar="FILE|simulator",
+              help="Latency model (skops file from srifty's model), or 'simulator' for the analytical simulator "
+                   "alone. Default: the cached model, trained once on the shipped corpus.")
+@click.option("--budget", type=float, help="Most $ per hour.")
+@click.option("--total-budget", type=float, help="Most $ for the whole job (needs --samples or --epochs).")
+@click.option("--min-throughput", type=float, help="Least samples/s (expected, interruptions discounted).")
+@click.option("--deadline", type=float, help="Hours to finish the job (needs --samples or --epochs).")
+@click.option("--samples", type=float, help="Job size in samples.")
+@click.option("--epochs", type=float, help="Job size in epochs (with --dataset-size).")
+@click.option("--dataset-size", type=float, help="Samples per epoch.")
+@click.option("--objective", type=click.Choice(["throughput", "cost", "cost-per-sample"]),
+              help="What to optimise (default: throughput within budget, or cost when a throughput/deadline is required).")
+@click.option("--max-nodes", type=int, default=16, show_default=True)
+@click.option("--max-types", type=int, default=2, show_default=True, help="Instance types per configuration (1 or 2).")
+@click.option("--heterogeneous/--homogeneous", default=True, show_default=True, help="Consider mixes of types.")
+@click.option("--spot/--no-spot", default=True, show_default=True, help="Allow spot instances.")
+@click.option("--max-interruption", type=float, help="Most expected interruptions per hour of the whole cluster.")
+@click.option("--checkpoint-interval", type=float, default=0.5, show_default=True, help="Hours between checkpoints.")
+@click.option("--restart-overhead", type=float, default=0.1, show_default=True, help="Hours to restart after an interruption.")
+@click.option("--region", help="Catalog region (default: the catalog's default).")
+@click.option("--instance-types", metavar="GLOB[,GLOB]", help="Only these instance types, e.g. 'g5.*,p3.*'.")
+@click.option("--global-batch-size", type=int, help="Keep this global batch (split across workers by speed).")
+@click.option("--batch-size", "local_batch", type=int, help="Per-worker batch (default: the profile's).")
+@click.option("--top", type=int, default=10, show_default=True, help="Rows in the ranked table.")
+@click.option("--pareto", "show_pareto", is_flag=True, help="Also print the Pareto front of throughput vs $/h.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV of the ranked rows (and the front with --pareto) on stdout.")
+@click.option("--plot", metavar="FILE.png", help="Draw the Pareto front, the constraints and the chosen point.")
+def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: str | None, budget: float | None,
+              total_budget: float | None, min_throughput: float | None, deadline: float | None,
+              samples: float | None, epochs: float | None, dataset_size: float | None, objective: str | None,
+              max_nodes: int, max_types: int, heterogeneous: bool, spot: bool, max_interruption: float | None,
+              checkpoint_interval: float, restart_overhead: float, region: str | None, instance_types: str | None,
+              global_batch_size: int | None, local_batch: int | None, top: int, show_pareto: bool, as_json: bool,
+              as_csv: bool, plot: str | None) -> None:
+    """Recommend cluster configurations that meet a budget, throughput or deadline, ranked."""
+    t0 = time.perf_counter()
+    from srifty import solver
+    from srifty.catalog import Catalog
+
+    def say(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    if as_json and as_csv:
+        raise SriftyError("Choose one of --json and --csv.")
+    if epochs is not None or dataset_size is not None:
+        if epochs is None or dataset_size is None:
+            raise SriftyError("--epochs and --dataset-size go together.", "Give both, or give --samples instead.")
+        if samples is not None:
+            raise SriftyError("Give the job size once: --samples, or --epochs with --dataset-size.")
+        samples = epochs * dataset_size
+    cons = solver.Constraints(
+        budget_per_hour=budget, total_budget=total_budget, min_throughput=min_throughput, deadline_hours=deadline,
+        samples=samples, max_nodes=max_nodes, max_types=max_types, heterogeneous=heterogeneous and max_types >= 2,
+        spot=spot, max_interruption=max_interruption, region=region, instance_types=instance_types,
+        checkpoint_interval_h=checkpoint_interval, restart_overhead_h=restart_overhead,
+        global_batch_size=global_batch_size, local_batch_size=local_batch)
+    cons.validate()
+    cat = Catalog.default(catalog_path)
+    for w in cat.warnings:
+        say(f"warning: {w}")
+    job, model_cat = solver.load_inputs(list(profiles), cat)
+    predictor = solver.load_predictor(model_path, say)
+    oracle = solver.ModelOracle(job, model_cat, predictor)
+    result = solver.solve(oracle, cat, cons, solver.Objective(objective) if objective else None, top=top)
+    if plot:
+        plot_front(result, plot)
+    total = time.perf_counter() - t0
+    if as_json:
+        doc = result.to_dict()
+        doc["model"] = "simulator" if predictor is None else str(model_path or solver.default_model_path())
+        doc["profile"] = {"model": job.model, "instance_types": job.instance_types}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    if as_csv:
+        rows = result.recommendations + (result.pareto if show_pareto else [])
+        sys.stdout.write(_csv(rows))
+        return
+    from rich.console import Console
+
+    con = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    with_job = samples is not None
+    con.print(f"[bold]{job.model}[/] (profiled on {', '.join(job.instance_types)}) — objective: "
+              f"{result.objective.value}: {result.objective_reason}")
+    con.print(_table(result.recommendations, with_job,
+                     f"{result.feasible:,} of {result.candidates_evaluated:,} configurations meet the constraints; "
+                     f"top {len(result.recommendations)} (★ = chosen)"))
+    if show_pareto:
+        con.print(_table(result.pareto, with_job, "Pareto front: throughput vs $/h (feasible configurations)"))
+    ch = result.chosen
+    con.print(f"Chosen: [bold]{ch.config}[/] — {ch.throughput_samples_per_s:,.1f} samples/s at "
+              f"{_money(ch.usd_per_hour)}/h ({ch.source}).")
+    for n in result.notes:
+        say(f"note: {n}")
+    say(f"solved in {result.solve_seconds:.2f} s (latency model {result.model_seconds:.2f} s over "
+        f"{result.model_rows:,} distinct rows); {total:.2f} s in this command"
+        + (f"; plot written to {plot}" if plot else ""))
