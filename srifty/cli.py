@@ -52,6 +52,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "fit": "srifty.commands.latency:fit_cmd",
     "predict": "srifty.commands.latency:predict_cmd",
     "validate": "srifty.commands.latency:validate_cmd",
+    "ec2": "srifty.commands.ec2:ec2",
 }
 
 
@@ -125,6 +126,18 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="Profile file to write (default: <model>.profile.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON on stdout.")
 @click.option("--dry-run", is_flag=True, help="Print the commands that would run, and run nothing.")
+@click.option("--instance-types", default="", help="With --backend ec2: comma-separated EC2 types, profiled in parallel.")
+@click.option("--spot", is_flag=True, help="With --backend ec2: spot instances (a lost run is retried once on-demand).")
+@click.option("--nodes", type=int, default=1, show_default=True, help="With --backend ec2: instances per type (c10d rendezvous).")
+@click.option("--region", help="With --backend ec2: AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
+@click.option("--max-cost", type=float, help="With --backend ec2: refuse to launch when the estimated cost (USD) is above this.")
+@click.option("--s3-uri", help="With --backend ec2: s3://bucket/prefix for inputs and profiles (default: a private srifty bucket).")
+@click.option("--ami", help="With --backend ec2: AMI id (default: newest AWS Deep Learning AMI with PyTorch).")
+@click.option("--instance-profile", help="With --backend ec2: IAM instance profile that lets the instances use the S3 prefix.")
+@click.option("--time-cap", type=float, help="With --backend ec2: seconds after boot before an instance is terminated "
+              "(default: startup + max + hang timeouts).")
+@click.option("--requirements", type=click.Path(dir_okay=False, exists=True),
+              help="With --backend ec2: requirements file to install (default: requirements.txt next to SCRIPT).")
 @click.pass_obj
 def profile_cmd(
     obj: Context,
@@ -152,6 +165,16 @@ def profile_cmd(
     out: str | None,
     as_json: bool,
     dry_run: bool,
+    instance_types: str = "",
+    spot: bool = False,
+    nodes: int = 1,
+    region: str | None = None,
+    max_cost: float | None = None,
+    s3_uri: str | None = None,
+    ami: str | None = None,
+    instance_profile: str | None = None,
+    time_cap: float | None = None,
+    requirements: str | None = None,
 ) -> None:
     """Measure a real DDP training script (or the allreduce microbenchmark) and write a profile."""
     from srifty import profile as profile_mod
@@ -173,6 +196,9 @@ def profile_cmd(
         hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
         instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
         max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,
+        instance_types=[t.strip() for t in instance_types.split(",") if t.strip()], spot=spot, nodes=nodes,
+        region=region, max_cost=max_cost, s3_uri=s3_uri, ami=ami, instance_profile=instance_profile,
+        time_cap=time_cap, requirements=requirements,
     )
     if hosts and backend != "emulated":
         raise SriftyError("--hosts is for --backend emulated.", "Add --backend emulated, or drop --hosts.")

@@ -59,6 +59,18 @@ class ProfileRequest:
     hosts: str | None = None
     spec: str = "configs/emulated.yaml"
     calibrate: bool = False
+    # --backend ec2
+    instance_types: list[str] = field(default_factory=list)
+    spot: bool = False
+    nodes: int = 1
+    region: str | None = None
+    max_cost: float | None = None
+    s3_uri: str | None = None
+    ami: str | None = None
+    instance_profile: str | None = None
+    time_cap: float | None = None
+    requirements: str | None = None
+    run_id: str | None = None
 
     def validate(self) -> None:
         if self.nproc < 1:
@@ -652,6 +664,7 @@ def worker_env(request: ProfileRequest, run_dir: str) -> dict[str, str]:
 BACKENDS: dict[str, str] = {
     "local": "srifty.profiling.launcher:LocalBackend",
     "emulated": "srifty.profiling.emulated:EmulatedBackend",
+    "ec2": "srifty.profiling.ec2:Ec2Backend",
 }
 
 

@@ -1,0 +1,64 @@
+"""``srifty ec2``: housekeeping for the EC2 profiling backend (``srifty ec2 cleanup``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from srifty.errors import SriftyError
+
+EPILOG = """\b
+Examples:
+  srifty ec2 cleanup --dry-run                 # list what srifty left running
+  srifty ec2 cleanup                           # terminate it
+  srifty ec2 cleanup --run-id 3f2a9c1b7e4d --region us-west-2
+
+Only instances tagged srifty:managed=true (and srifty:run-id, with --run-id) are
+touched; credentials come from the standard AWS chain (env, profile, SSO, role).
+"""
+
+
+@click.group("ec2", epilog=EPILOG)
+def ec2() -> None:
+    """Find and terminate EC2 instances that srifty's ec2 profiling backend launched."""
+
+
+def cleanup_instances(client: Any, run_id: str | None, dry_run: bool) -> list[dict[str, Any]]:
+    """The srifty-tagged instances still alive (terminated unless ``dry_run``)."""
+    from srifty.profiling.ec2 import find_leftovers
+
+    found = find_leftovers(client, run_id)
+    ids = [f["id"] for f in found]
+    if ids and not dry_run:
+        for i in range(0, len(ids), 500):
+            client.terminate_instances(InstanceIds=ids[i:i + 500])
+    return found
+
+
+@ec2.command("cleanup", epilog=EPILOG)
+@click.option("--run-id", help="Only this run's instances (the id srifty printed when it launched them).")
+@click.option("--region", help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
+@click.option("--dry-run", is_flag=True, help="List what would be terminated, terminate nothing.")
+def cleanup(run_id: str | None, region: str | None, dry_run: bool) -> None:
+    """Terminate every instance tagged srifty:managed=true that is still pending, running or stopped."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    try:
+        client = boto3.session.Session(region_name=region).client("ec2")
+        found = cleanup_instances(client, run_id, dry_run)
+    except (ClientError, BotoCoreError) as exc:
+        raise SriftyError(f"Could not list or terminate srifty's instances in {region}: {exc}",
+                          "Check your AWS credentials and that they allow ec2:DescribeInstances and "
+                          "ec2:TerminateInstances (docs/aws-permissions.md).") from None
+    scope = f"run {run_id}" if run_id else "any srifty run"
+    if not found:
+        click.echo(f"No instances of {scope} left in {region}.", err=True)
+        return
+    for f in found:
+        click.echo(f"{f['id']}\t{f['type']}\t{f['state']}\trun {f['run_id']}\tlaunched {f['launched']}")
+    verb = "would terminate" if dry_run else "terminated"
+    click.echo(f"{verb} {len(found)} instance(s) of {scope} in {region}.", err=True)
