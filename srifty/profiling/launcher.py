@@ -15,6 +15,7 @@ import json
 import os
 import shlex
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -341,23 +342,28 @@ class ProfilingBackend(ABC):
         """
         request.validate()
         run_dir = tempfile.mkdtemp(prefix="srifty-run-")
-        plan = self.plan(request, run_dir)
         run_id = uuid.uuid4().hex[:12]
-        supervisor = Supervisor(plan, run_id, os.path.join(run_dir, "workers.log"))
-        if request.collectives:
-            return self._profile_collectives(request, plan, supervisor, run_dir, out, progress)
-        return self._profile_training(request, plan, supervisor, run_dir, out, progress)
+        try:
+            if request.collectives:
+                doc = self._profile_collectives(request, run_dir, run_id, out, progress)
+            else:
+                doc = self._profile_training(request, run_dir, run_id, out, progress)
+        except ProfilingFailed as failure:
+            # keep the workers' output for the user to read; everything else is in the profile
+            failure.hint = (failure.hint or "") + f" The workers' output is in {run_dir}/."
+            raise
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return doc
 
     # ----- training jobs --------------------------------------------------------
     def _profile_training(
-        self,
-        request: ProfileRequest,
-        plan: LaunchPlan,
-        supervisor: Supervisor,
-        run_dir: str,
-        out: str | None,
-        progress: ProgressFn | None,
+        self, request: ProfileRequest, run_dir: str, run_id: str, out: str | None, progress: ProgressFn | None
     ) -> dict[str, Any]:
+        supervisor = Supervisor(self.plan(request, run_dir), run_id, os.path.join(run_dir, "workers.log"))
+
         def poll() -> dict[str, Any]:
             recs = read_rank_records(run_dir)
             r0 = next((r for r in recs if r.get("rank") == 0), None)
@@ -531,8 +537,8 @@ class ProfilingBackend(ABC):
                 )
             return ProfilingFailed(
                 f"Rank {rank} of {script} failed with {first_line}",
-                "Fix the script (run it under `torchrun` to see the full traceback; `srifty --debug profile` prints "
-                "the workers' log), then profile again.",
+                "Fix the script (its full traceback is in the workers' output, or run it under `torchrun`), "
+                "then profile again.",
             )
         if killed:
             return ProfilingFailed(
@@ -548,13 +554,7 @@ class ProfilingBackend(ABC):
 
     # ----- collectives microbenchmark --------------------------------------------
     def _profile_collectives(
-        self,
-        request: ProfileRequest,
-        plan: LaunchPlan,
-        supervisor: Supervisor,
-        run_dir: str,
-        out: str | None,
-        progress: ProgressFn | None,
+        self, request: ProfileRequest, run_dir: str, run_id: str, out: str | None, progress: ProgressFn | None
     ) -> dict[str, Any]:
         import torch
 
@@ -568,7 +568,7 @@ class ProfilingBackend(ABC):
             sub_dir = os.path.join(run_dir, f"w{w}")
             os.makedirs(sub_dir, exist_ok=True)
             sub_plan = self.plan(sub, sub_dir)
-            sup = Supervisor(sub_plan, supervisor.run_id, os.path.join(sub_dir, "workers.log"))
+            sup = Supervisor(sub_plan, run_id, os.path.join(sub_dir, "workers.log"))
 
             def poll(d: str = sub_dir) -> dict[str, Any]:
                 recs = read_rank_records(d, "collectives_rank")
