@@ -34,3 +34,7 @@ clean:
 # Record the emulated-cluster corpus (needs root; under an hour): configs/corpus-grid.yaml
 corpus:
 	$(BIN)/python scripts/make_corpus.py
+
+# Latency-model accuracy on the shipped corpus: writes docs/ACCURACY.md and docs/accuracy.png.
+accuracy:
+	$(BIN)/srifty validate --out docs/ACCURACY.md --plot docs/accuracy.png

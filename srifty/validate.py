@@ -107,9 +107,9 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
 
     train_views = {j.model: j.restricted(lambda r, j=j: train_keep(j, r)) for j in train_jobs} if train_keep else {}
     fit_jobs = [train_views.get(j.model, j) for j in train_jobs]
-    comm = CommModel(max_rows=200 if quick else 600,
-                     inter_grid=(0.01, 0.03, 0.1, 0.18, 0.32, 0.56, 1.0) if quick else CommModel.inter_grid,
-                     intra_grid=(0.05, 0.2, 0.5, 1.0) if quick else CommModel.intra_grid).fit(fit_jobs, catalog)
+    comm = CommModel(max_rows=200 if quick else 300,
+                     inter_grid=(0.01, 0.03, 0.1, 0.18, 0.32, 0.56, 1.0),
+                     intra_grid=(0.05, 0.2, 0.5, 1.0)).fit(fit_jobs, catalog)
     tr = table_for(fit_jobs, catalog, comm.link_scale_)
     te = table_for(test_jobs, catalog, comm.link_scale_, keep=test_keep, views=views)
     if len(te.y_ms) == 0 or len(tr.y_ms) < 10:

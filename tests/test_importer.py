@@ -1,0 +1,68 @@
+"""Trace import: round trip into profiles, bad rows reported with line numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from srifty import profile as profile_mod
+from srifty.features import load_job
+from srifty.importer import TraceError, import_trace, read_trace
+
+from conftest import ROOT, run_srifty
+
+HEADER = "model,instance_type,placement,local_batch_size,step_time_s,sync_time_s,param_count\n"
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + "m1,g4dn.12xlarge,1,32,0.1,0.0005,1000\n"
+                     "m1,g4dn.12xlarge,1,64,0.18,,1000\n"
+                     "m1,g4dn.12xlarge,2+2,32,0.15,0.05,1000\n"
+                     "m2,p3.8xlarge,4,16,0.2,,\n")
+    result = import_trace(trace, tmp_path / "out")
+    assert sorted(Path(p).relative_to(tmp_path / "out").as_posix() for p in result.written) == [
+        "m1/g4dn.12xlarge.json", "m2/p3.8xlarge.json"]
+    p = profile_mod.load(tmp_path / "out/m1/g4dn.12xlarge.json")  # schema-valid
+    assert p.doc["stop_reason"] == "imported" and p.doc["job"]["param_count"] == 1000
+    runs = {(tuple(r["workers_per_node"]), r["local_batch_size"]): r for r in p.doc["runs"]}
+    assert runs[((2, 2), 32)]["step_time_ms"] == pytest.approx(150.0)
+    assert runs[((1,), 64)]["sync_time_ms"] is None
+    assert p.doc["job"]["local_batch_size"] == 64  # reference: single worker, largest batch
+    job = load_job(tmp_path / "out/m1")
+    assert job.measured("g4dn.12xlarge", [2, 2], 32) == pytest.approx(150.0)
+
+
+def test_bad_rows_listed_with_line_numbers(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text(HEADER + "m1,g4dn.12xlarge,1,32,0.1,,\n"
+                     "m1,g4dn.12xlarge,4+x,32,0.1,,\n"
+                     "m1,g4dn.12xlarge,1,0,0.1,,\n"
+                     "m1,g4dn.12xlarge,1,8,-1,,\n")
+    with pytest.raises(TraceError) as err:
+        read_trace(trace)
+    msg = str(err.value)
+    assert "3 bad row(s)" in msg and "line 3" in msg and "line 4" in msg and "line 5" in msg and "line 2" not in msg
+    t = read_trace(trace, skip_bad=True)
+    assert [n for n, _ in t.bad_rows] == [3, 4, 5] and len(t.rows) == 1
+    res = run_srifty("import", str(trace), "--out", str(tmp_path / "o"), "--skip-bad")
+    assert res.returncode == 0 and "skipped line 4" in res.stderr
+    res = run_srifty("import", str(trace), "--out", str(tmp_path / "o2"))
+    assert res.returncode != 0 and "line 5" in res.stderr
+
+
+def test_missing_columns(tmp_path: Path) -> None:
+    trace = tmp_path / "c.csv"
+    trace.write_text("model,instance_type,step_time_s\nm,g4dn.xlarge,0.1\n")
+    with pytest.raises(TraceError, match="placement, local_batch_size"):
+        read_trace(trace)
+
+
+def test_shipped_pollux_profiles_match_trace(tmp_path: Path) -> None:
+    result = import_trace(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", tmp_path)
+    for path in result.written:
+        shipped = ROOT / "profiles/pollux" / Path(path).relative_to(tmp_path)
+        a, b = json.loads(Path(path).read_text()), json.loads(shipped.read_text())
+        assert a["runs"] == b["runs"]
