@@ -181,15 +181,25 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     for w in cat.warnings:
         say(f"warning: {w}")
     job, model_cat = solver.load_inputs(list(profiles), cat)
-    predictor = solver.load_predictor(model_path, say)
-    oracle = solver.ModelOracle(job, model_cat, predictor)
+    model_file = None if model_path == "simulator" else str(model_path or solver.default_model_path())
+    identity = {"model": solver.file_identity([model_file]) if model_file else "simulator",
+                "profiles": solver.file_identity(profiles), "catalog": solver.file_identity([cat.path]),
+                "code": "solver-1"}
+    if model_file and not solver.file_identity([model_file]):
+        identity = None  # no model yet: train it (below) and do not cache under a missing file
+    probe = solver.ModelOracle(job, model_cat, None)
+
+    def make() -> Any:
+        return solver.ModelOracle(job, model_cat, solver.load_predictor(model_path, say))
+
+    oracle: Any = make() if identity is None else solver.CachedOracle(make, identity, probe.default_local_batch())
     result = solver.solve(oracle, cat, cons, solver.Objective(objective) if objective else None, top=top)
     if plot:
         plot_front(result, plot)
     total = time.perf_counter() - t0
     if as_json:
         doc = result.to_dict()
-        doc["model"] = "simulator" if predictor is None else str(model_path or solver.default_model_path())
+        doc["model"] = model_file or "simulator"
         doc["profile"] = {"model": job.model, "instance_types": job.instance_types}
         click.echo(json.dumps(doc, indent=2))
         return
