@@ -38,3 +38,7 @@ corpus:
 # Latency-model accuracy on the shipped corpus: writes docs/ACCURACY.md and docs/accuracy.png.
 accuracy:
 	$(BIN)/srifty validate --out docs/ACCURACY.md --plot docs/accuracy.png
+
+# Benchmark of `srifty recommend` (figures in docs/BENCHMARKS.md)
+bench:
+	$(BIN)/python scripts/bench_recommend.py

@@ -45,7 +45,7 @@ def main() -> None:
     del t
     cmd = [str(ROOT / ".venv/bin/srifty"), "recommend", "--profile", a.profile, "--budget", "12",
            "--min-throughput", "800", "--json"]
-    for label in ("cold cache (loads the model)", "warm cache"):
+    for label in ("run 1 (model loaded unless its figures are cached)", "run 2 (prediction cache warm)"):
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
         print(f"end to end `{' '.join(cmd[1:])}` [{label}]: {time.perf_counter() - t0:.2f} s")

@@ -52,6 +52,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "fit": "srifty.commands.latency:fit_cmd",
     "predict": "srifty.commands.latency:predict_cmd",
     "validate": "srifty.commands.latency:validate_cmd",
+    "recommend": "srifty.commands.recommend:recommend",
     "ec2": "srifty.commands.ec2:ec2",
 }
 
@@ -219,7 +220,8 @@ def profile_cmd(
         _console().print(report.render_profiles([summary]))
         for w in summary.get("warnings") or []:
             click.echo(f"warning: {w}", err=True)
-        click.echo(f"profile written to {out}", err=True)
+        if len(request.instance_types) <= 1:  # several EC2 types: the backend named each file
+            click.echo(f"profile written to {out}", err=True)
 
 
 def _progress_reporter(request: Any) -> tuple[Any, Any]:
