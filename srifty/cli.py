@@ -220,7 +220,8 @@ def profile_cmd(
         _console().print(report.render_profiles([summary]))
         for w in summary.get("warnings") or []:
             click.echo(f"warning: {w}", err=True)
-        click.echo(f"profile written to {out}", err=True)
+        if len(request.instance_types) <= 1:  # several EC2 types: the backend named each file
+            click.echo(f"profile written to {out}", err=True)
 
 
 def _progress_reporter(request: Any) -> tuple[Any, Any]:
