@@ -1,0 +1,69 @@
+"""`srifty evaluate`: recommendations checked against measured reality on the emulated cluster."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import click
+
+from srifty.errors import SriftyError
+
+
+@click.command("evaluate", epilog="""\b
+Examples (root; every configuration of the space is really run, so this takes a while):
+  srifty evaluate examples/mlp_recsys.py --batch-size 128 --case budget=0.45 --case min_throughput=2500
+  srifty evaluate examples/cnn_resnet.py --batch-size 16 --types emu.small,emu.net --max-hosts 2
+  srifty evaluate examples/cnn_resnet.py --batch-size 16 --case objective=cost-per-sample --json
+
+Runs are cached in --work-dir, so an interrupted evaluation resumes and further --case
+settings reuse the measured table.""")
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.option("--spec", default="configs/emulated.yaml", show_default=True, type=click.Path(exists=True, dir_okay=False),
+              help="The emulated instance catalog.")
+@click.option("--case", "cases", multiple=True,
+              help="A constraint setting: budget=N ($/h), min_throughput=N (samples/s), objective=throughput|cost|"
+                   "cost-per-sample, joined by commas. Repeat for several. Default: highest throughput.")
+@click.option("--batch-size", type=int, required=True, help="Per-worker batch size to evaluate at.")
+@click.option("--types", help="Comma-separated host types to consider (default: every type in --spec).")
+@click.option("--max-hosts", type=int, default=3, show_default=True, help="Most hosts in a configuration.")
+@click.option("--max-seconds", type=float, default=8.0, show_default=True, help="Measuring time per run.")
+@click.option("--work-dir", default="runs/evaluate", show_default=True, type=click.Path(file_okay=False),
+              help="Where runs are cached.")
+@click.option("--corpus", multiple=True, help="Training corpora for the latency model (default: the shipped ones).")
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the Markdown report here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the PNG plot here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the evaluation as one JSON document.")
+def evaluate(script: str, spec: str, cases: tuple[str, ...], batch_size: int, types: str | None, max_hosts: int,
+             max_seconds: float, work_dir: str, corpus: tuple[str, ...], report: str | None, plot_path: str | None,
+             as_json: bool) -> None:
+    """Check srifty's recommendation against every configuration actually run (emulated cluster)."""
+    import os
+
+    from srifty import evaluate as ev_mod
+    from srifty.profile import atomic_write_text
+
+    if os.geteuid() != 0:
+        raise SriftyError("srifty evaluate runs jobs on the emulated cluster, which needs root "
+                          "(network namespaces, tc, cgroups).", "Run it as root (e.g. with sudo).")
+    if max_hosts < 1:
+        raise SriftyError(f"--max-hosts must be at least 1 (got {max_hosts}).")
+    parsed = [ev_mod.Case.parse(c) for c in cases] or [ev_mod.Case()]
+    batch = batch_size
+    say = (lambda m: click.echo(m, err=True)) if not as_json else (lambda m: None)
+    evaluator = ev_mod.Evaluator(script, spec, work_dir, batch, [t.strip() for t in types.split(",")] if types else None,
+                                 max_hosts=max_hosts, max_seconds=max_seconds, corpus=corpus, say=say)
+    result = evaluator.run(parsed)
+    command = "srifty evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "srifty evaluate"
+    if plot_path:
+        ev_mod.plot(result, plot_path)
+    text = ev_mod.render_markdown(result, command, os.path.relpath(plot_path, os.path.dirname(report) or ".")
+                                  if (plot_path and report) else plot_path)
+    if report:
+        atomic_write_text(report, text)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo(text)
+

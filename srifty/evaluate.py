@@ -1,0 +1,530 @@
+"""Recommendations checked against measured reality, on the emulated cluster.
+
+``srifty evaluate SCRIPT`` closes the loop where every candidate can actually be run:
+
+1. **srifty's way**: profile SCRIPT cheaply (one host of each type, plus one allreduce
+   sweep across two hosts), predict every configuration of the space with the latency
+   model (trained on the shipped corpora *without* this model's emulated runs), and pick
+   the best one for the constraints; the profiling time is recorded.
+2. **the oracle**: run every configuration of the space (homogeneous and mixes of two
+   types, up to ``max_hosts`` hosts whose CPU shares fit this machine's cores) long
+   enough for a stable median, and find the truly best one.
+3. **baselines** on the same measured table: the cheapest type per hour (SkyPilot's
+   default), the fastest single type at the most hosts allowed, the best homogeneous
+   configuration.
+4. **report**: regret of each pick against the oracle, prediction error of every
+   configuration, and what the cheap profiling cost against what it saved.
+
+Every run is cached in the work directory (``<work>/profiles/...``), so an interrupted
+evaluation resumes and several constraint settings share one oracle table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from srifty.errors import SriftyError
+
+OBJECTIVES = ("throughput", "cost", "cost-per-sample")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One constraint setting: what the user asks of the recommendation."""
+
+    budget_per_hour: float | None = None
+    min_throughput: float | None = None
+    objective: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Case":
+        """``budget=0.4``, ``min_throughput=50``, ``objective=cost`` joined by commas."""
+        kw: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, _, value = part.partition("=")
+            key = key.strip().replace("-", "_")
+            if key == "budget":
+                key = "budget_per_hour"
+            if key not in ("budget_per_hour", "min_throughput", "objective") or not value:
+                raise SriftyError(f"--case {text!r}: {part!r} is not budget=N, min_throughput=N or objective=NAME.")
+            if key == "objective":
+                if value not in OBJECTIVES:
+                    raise SriftyError(f"--case {text!r}: objective must be one of {', '.join(OBJECTIVES)}.")
+                kw[key] = value
+            else:
+                try:
+                    kw[key] = float(value)
+                except ValueError:
+                    raise SriftyError(f"--case {text!r}: {key} needs a number, got {value!r}.") from None
+        return cls(**kw)
+
+    @property
+    def resolved_objective(self) -> str:
+        """As ``srifty recommend`` decides: cheapest meeting a throughput floor, else fastest."""
+        if self.objective:
+            return self.objective
+        return "cost" if self.min_throughput is not None else "throughput"
+
+    def label(self) -> str:
+        parts = []
+        if self.budget_per_hour is not None:
+            parts.append(f"budget ${self.budget_per_hour:g}/h")
+        if self.min_throughput is not None:
+            parts.append(f"at least {self.min_throughput:g} samples/s")
+        parts.append(f"objective {self.resolved_objective}")
+        return ", ".join(parts)
+
+
+@dataclass
+class Candidate:
+    """One configuration of the space, with its prediction and (once run) its measurement."""
+
+    config: str
+    hosts: list[str]  # host type per node, in order
+    usd_per_hour: float
+    cpu_share: float
+    predicted_samples_per_s: float | None = None
+    predicted_interval: tuple[float, float] | None = None
+    source: str | None = None
+    measured_samples_per_s: float | None = None
+    measured_rel_ci: float | None = None
+    measure_seconds: float | None = None
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(set(self.hosts)) == 1
+
+    @property
+    def prediction_error(self) -> float | None:
+        if self.predicted_samples_per_s is None or not self.measured_samples_per_s:
+            return None
+        return abs(self.predicted_samples_per_s - self.measured_samples_per_s) / self.measured_samples_per_s
+
+
+def hosts_arg(hosts: Sequence[str]) -> str:
+    """Host types in order -> ``--hosts`` syntax (``emu.medium:2,emu.small:1``)."""
+    out: list[list[Any]] = []
+    for t in hosts:
+        if out and out[-1][0] == t:
+            out[-1][1] += 1
+        else:
+            out.append([t, 1])
+    return ",".join(f"{t}:{n}" for t, n in out)
+
+
+def candidate_space(spec: Any, types: Sequence[str], max_hosts: int, cores: float) -> list[Candidate]:
+    """Homogeneous configurations and mixes of two types, up to ``max_hosts`` hosts, whose
+    CPU shares add up to at most ``cores`` (what this machine can run without oversubscribing)."""
+    from srifty.profiling.emulated import config_string
+
+    out: list[Candidate] = []
+
+    def add(hosts: list[str]) -> None:
+        share = sum(spec.instance_types[t].cpu_share for t in hosts)
+        if share <= cores + 1e-9:
+            price = sum(spec.instance_types[t].price_per_hour for t in hosts)
+            out.append(Candidate(config_string(hosts), hosts, round(price, 6), round(share, 6)))
+
+    for t in types:
+        for n in range(1, max_hosts + 1):
+            add([t] * n)
+    for a, b in itertools.combinations(types, 2):
+        for na in range(1, max_hosts):
+            for nb in range(1, max_hosts - na + 1):
+                add([a] * na + [b] * nb)
+    return out
+
+
+# ----- choosing under constraints -----------------------------------------------------
+
+
+def _value(c: Candidate, measured: bool) -> float | None:
+    return c.measured_samples_per_s if measured else c.predicted_samples_per_s
+
+
+def feasible(c: Candidate, case: Case, measured: bool) -> bool:
+    thr = _value(c, measured)
+    if thr is None:
+        return False
+    if case.budget_per_hour is not None and c.usd_per_hour > case.budget_per_hour + 1e-12:
+        return False
+    if case.min_throughput is not None and thr < case.min_throughput:
+        return False
+    return True
+
+
+def score(c: Candidate, case: Case, measured: bool) -> float:
+    """Lower is better, for every objective."""
+    thr = _value(c, measured) or 0.0
+    obj = case.resolved_objective
+    if obj == "throughput":
+        return -thr
+    if obj == "cost":
+        return c.usd_per_hour
+    return c.usd_per_hour / thr if thr > 0 else math.inf  # cost per sample
+
+
+def best(cands: Sequence[Candidate], case: Case, measured: bool) -> Candidate | None:
+    ok = [c for c in cands if feasible(c, case, measured)]
+    if not ok:
+        return None
+    # ties (equal price under the cost objective) go to the faster configuration
+    return min(ok, key=lambda c: (score(c, case, measured), -(_value(c, measured) or 0.0)))
+
+
+def regret(pick: Candidate | None, oracle: Candidate | None, case: Case) -> tuple[float | None, str]:
+    """Relative loss of ``pick`` against the oracle, by measured figures, and a note.
+
+    throughput: 1 - thr(pick)/thr(oracle); cost: $/h(pick)/$/h(oracle) - 1;
+    cost-per-sample: the same on $ per sample. A pick that breaks a constraint when
+    measured has no regret figure: the note says which constraint it breaks.
+    """
+    if oracle is None:
+        return None, "nothing in the space meets the constraints"
+    if pick is None:
+        return None, "no pick"
+    if not feasible(pick, case, measured=True):
+        thr = pick.measured_samples_per_s or 0.0
+        if case.budget_per_hour is not None and pick.usd_per_hour > case.budget_per_hour:
+            return None, f"over budget (${pick.usd_per_hour:.2f}/h)"
+        return None, f"misses the throughput floor when measured ({thr:.1f} < {case.min_throughput:g} samples/s)"
+    obj = case.resolved_objective
+    if obj == "throughput":
+        return 1.0 - pick.measured_samples_per_s / oracle.measured_samples_per_s, ""
+    if obj == "cost":
+        return pick.usd_per_hour / oracle.usd_per_hour - 1.0, ""
+    per = lambda c: c.usd_per_hour / c.measured_samples_per_s  # noqa: E731
+    return per(pick) / per(oracle) - 1.0, ""
+
+
+def baselines(cands: Sequence[Candidate], case: Case, max_hosts: int) -> dict[str, Candidate | None]:
+    """Common choices, judged on the measured table."""
+    singles = [c for c in cands if len(c.hosts) == 1 and c.measured_samples_per_s]
+    cheapest = min(singles, key=lambda c: (c.usd_per_hour, -c.measured_samples_per_s), default=None)
+    fastest_type = max(singles, key=lambda c: c.measured_samples_per_s, default=None)
+    at_max = None
+    if fastest_type is not None:
+        same = [c for c in cands if c.homogeneous and c.hosts[0] == fastest_type.hosts[0] and c.measured_samples_per_s
+                and (case.budget_per_hour is None or c.usd_per_hour <= case.budget_per_hour + 1e-12)]
+        at_max = max(same, key=lambda c: len(c.hosts), default=None)
+    homo = best([c for c in cands if c.homogeneous], case, measured=True)
+    return {
+        "cheapest type per hour (SkyPilot's default)": cheapest,
+        "fastest type at the most hosts": at_max,
+        "best homogeneous configuration": homo,
+    }
+
+
+# ----- the evaluation ------------------------------------------------------------------
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    pick: Candidate | None
+    oracle: Candidate | None
+    pick_regret: float | None
+    pick_note: str
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class Evaluation:
+    model: str
+    script: str
+    batch_size: int
+    types: list[str]
+    max_hosts: int
+    candidates: list[Candidate]
+    cases: list[CaseResult]
+    profiling_seconds: float
+    profiling_usd: float
+    oracle_seconds: float
+    oracle_usd: float
+    predictor: dict[str, Any]
+
+    @property
+    def prediction_errors(self) -> list[float]:
+        """Errors of the configurations that were predicted (not measured while profiling)."""
+        return [e for c in self.candidates if c.source != "measured" and (e := c.prediction_error) is not None]
+
+    def summary(self) -> dict[str, Any]:
+        errs = self.prediction_errors
+        from srifty import stats
+
+        return {
+            "configurations": len(self.candidates),
+            "measured": sum(1 for c in self.candidates if c.measured_samples_per_s),
+            "prediction_mape": sum(errs) / len(errs) if errs else None,
+            "prediction_median_ape": stats.median(errs) if errs else None,
+            "prediction_max_ape": max(errs) if errs else None,
+            "profiling_seconds": self.profiling_seconds,
+            "oracle_seconds": self.oracle_seconds,
+            "profiling_share_of_oracle": self.profiling_seconds / self.oracle_seconds if self.oracle_seconds else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "model": self.model,
+            "script": self.script,
+            "batch_size": self.batch_size,
+            "types": self.types,
+            "max_hosts": self.max_hosts,
+            "summary": self.summary(),
+            "profiling_usd": self.profiling_usd,
+            "oracle_usd": self.oracle_usd,
+            "predictor": self.predictor,
+            "candidates": [{**asdict(c), "prediction_error": c.prediction_error} for c in self.candidates],
+            "cases": [
+                {
+                    "case": asdict(r.case) | {"objective": r.case.resolved_objective, "label": r.case.label()},
+                    "pick": r.pick.config if r.pick else None,
+                    "oracle": r.oracle.config if r.oracle else None,
+                    "pick_regret": r.pick_regret,
+                    "pick_note": r.pick_note,
+                    "baselines": r.baselines,
+                }
+                for r in self.cases
+            ],
+        }
+
+
+ProgressFn = Callable[[str], None]
+
+
+class Evaluator:
+    """Runs the four steps; ``profile_fn(hosts, out, collectives)`` runs one emulated job."""
+
+    def __init__(self, script: str, spec_path: str, work_dir: str, batch_size: int, types: Sequence[str] | None = None,
+                 max_hosts: int = 3, max_seconds: float = 8.0, min_iterations: int = 8, target_ci: float = 0.03,
+                 corpus: Sequence[str] = (), say: ProgressFn | None = None,
+                 profile_fn: Callable[[str, Path, bool], dict[str, Any]] | None = None) -> None:
+        from srifty import cluster
+
+        self.script = script
+        self.spec_path = spec_path
+        self.spec = cluster.load_spec(spec_path)
+        self.types = list(types) if types else sorted(self.spec.instance_types)
+        for t in self.types:
+            self.spec.host_type(t)  # unknown type: SriftyError with suggestions
+        self.work = Path(work_dir)
+        self.batch_size = batch_size
+        self.max_hosts = max_hosts
+        self.max_seconds = max_seconds
+        self.min_iterations = min_iterations
+        self.target_ci = target_ci
+        self.corpus = list(corpus)
+        self.say = say or (lambda msg: None)
+        self.profile_fn = profile_fn or self._profile
+        self.model = Path(script).stem
+
+    # one emulated run, cached in the work directory
+    def _profile(self, hosts: str, out: Path, collectives: bool) -> dict[str, Any]:
+        from srifty.profiling.emulated import EmulatedBackend
+        from srifty.profiling.launcher import ProfileRequest
+
+        req = ProfileRequest(
+            script=None if collectives else self.script, batch_size=None if collectives else self.batch_size,
+            max_seconds=self.max_seconds, min_iterations=self.min_iterations, target_rel_ci=self.target_ci,
+            hosts=hosts, spec=self.spec_path, collectives=collectives, max_bytes=16 << 20, repeats=5,
+            model_name=None if collectives else self.model, startup_timeout=240, hang_timeout=120,
+        )
+        return EmulatedBackend().profile(req, str(out))
+
+    def _run(self, hosts: Sequence[str], collectives: bool = False) -> tuple[dict[str, Any], float, bool]:
+        """(profile document, wall seconds it took, whether it came from the cache)."""
+        from srifty import profile as profile_mod
+        from srifty.profiling.emulated import config_string
+
+        cfg = config_string(list(hosts))
+        sub = "collectives" if collectives else self.model
+        name = f"{cfg}.json" if collectives else f"{cfg}-b{self.batch_size}.json"
+        out = self.work / "profiles" / sub / name
+        if out.exists():
+            doc = profile_mod.load(out).doc
+            return doc, float(doc["measurement"].get("wall_seconds") or 0.0), True
+        self.say(f"running {sub} on {cfg}")
+        t0 = time.monotonic()
+        doc = self.profile_fn(hosts_arg(hosts), out, collectives)
+        return doc, time.monotonic() - t0, False
+
+    def _price(self, hosts: Sequence[str]) -> float:
+        return sum(self.spec.instance_types[t].price_per_hour for t in hosts)
+
+    def cheap_profiles(self) -> tuple[list[Path], float, float]:
+        """Step 1: one host of each type, and an allreduce sweep across two hosts."""
+        seconds = usd = 0.0
+        paths = []
+        for t in self.types:
+            doc, s, _ = self._run([t])
+            seconds += s
+            usd += s / 3600 * self._price([t])
+            paths.append(self.work / "profiles" / self.model / f"1x{t}-b{self.batch_size}.json")
+        pair = [self.types[0]] * 2
+        _, s, _ = self._run(pair, collectives=True)
+        seconds += s
+        usd += s / 3600 * self._price(pair)
+        return paths, seconds, usd
+
+    def predict(self, cands: list[Candidate], profile_paths: list[Path]) -> dict[str, Any]:
+        """Step 2: the latency model, trained without this model's emulated multi-host runs."""
+        from srifty import model as m
+        from srifty import profile as profile_mod
+        from srifty.catalog import Catalog
+        from srifty.configspec import parse_config
+        from srifty.features import job_from_profiles, load_corpus
+
+        job = job_from_profiles(profile_mod.load_many([str(p) for p in profile_paths]))
+        corpus = [j for j in load_corpus(m.corpus_paths(self.corpus)) if j.model != job.model]
+        catalog = m.catalog_for_jobs([job], Catalog.from_emulated_spec(self.spec_path))
+        predictor = m.Predictor.train(corpus, m.catalog_for_jobs(corpus), quick=True)
+        rows = [(parse_config(c.config).resolved(catalog), self.batch_size) for c in cands]
+        for c, p in zip(cands, predictor.predict(job, catalog, rows)):
+            c.predicted_samples_per_s = p.throughput_samples_per_s
+            world = sum(self.spec.instance_types[t].workers for t in c.hosts)
+            lo_ms, hi_ms = p.interval_ms
+            c.predicted_interval = (world * self.batch_size / (hi_ms / 1e3), world * self.batch_size / (lo_ms / 1e3))
+            c.source = p.source
+        return {"trained_on": sorted({j.model for j in corpus}), "rows": predictor.meta.get("rows"),
+                "excluded_model": job.model}
+
+    def measure(self, cands: list[Candidate]) -> tuple[float, float]:
+        """Step 3: run every configuration (cached runs are reused)."""
+        seconds = usd = 0.0
+        for i, c in enumerate(cands, 1):
+            doc, s, cached = self._run(c.hosts)
+            s_block = doc.get("summary") or {}
+            c.measured_samples_per_s = s_block.get("throughput_samples_per_s")
+            c.measured_rel_ci = doc["measurement"].get("achieved_rel_ci")
+            c.measure_seconds = s
+            seconds += s
+            usd += s / 3600 * c.usd_per_hour
+            self.say(f"[{i}/{len(cands)}] {c.config}: {c.measured_samples_per_s or 0:.1f} samples/s"
+                     + (" (cached)" if cached else ""))
+        return seconds, usd
+
+    def run(self, cases: Sequence[Case]) -> Evaluation:
+        from srifty import cluster
+
+        cores = cluster.core.system.machine_cores()
+        cands = candidate_space(self.spec, self.types, self.max_hosts, cores)
+        if not cands:
+            raise SriftyError("The evaluation space is empty: no configuration fits this machine's cores.",
+                              "Give --types with smaller CPU shares or a smaller --max-hosts.")
+        self.say(f"{len(cands)} configurations in the space ({', '.join(self.types)}; up to {self.max_hosts} hosts, "
+                 f"CPU shares within {cores:g} cores)")
+        paths, prof_s, prof_usd = self.cheap_profiles()
+        predictor = self.predict(cands, paths)
+        oracle_s, oracle_usd = self.measure(cands)
+        results = []
+        for case in cases:
+            pick = best(cands, case, measured=False)
+            oracle = best(cands, case, measured=True)
+            r, note = regret(pick, oracle, case)
+            base = {}
+            for name, b in baselines(cands, case, self.max_hosts).items():
+                br, bnote = regret(b, oracle, case)
+                base[name] = {"config": b.config if b else None, "regret": br, "note": bnote,
+                              "measured_samples_per_s": b.measured_samples_per_s if b else None,
+                              "usd_per_hour": b.usd_per_hour if b else None}
+            results.append(CaseResult(case, pick, oracle, r, note, base))
+        return Evaluation(self.model, self.script, self.batch_size, self.types, self.max_hosts, cands, results,
+                          prof_s, prof_usd, oracle_s, oracle_usd, predictor)
+
+
+# ----- the report ------------------------------------------------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> str:
+    s = ev.summary()
+    lines = [
+        f"## {ev.model} (per-worker batch {ev.batch_size})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Space: {s['configurations']} configurations of {', '.join(ev.types)} (homogeneous and mixes of two "
+        f"types, up to {ev.max_hosts} hosts), every one measured. Latency model trained on "
+        f"{', '.join(ev.predictor['trained_on']) or 'nothing'} (this model's own runs excluded).",
+        "",
+        f"- Prediction error over the {len(ev.prediction_errors)} predicted configurations (the single hosts were "
+        f"measured while profiling): MAPE {_pct(s['prediction_mape'])}, "
+        f"median {_pct(s['prediction_median_ape'])}, worst {_pct(s['prediction_max_ape'])}.",
+        f"- Cheap profiling: {ev.profiling_seconds:.0f} s (${ev.profiling_usd:.4f} at catalog prices) against "
+        f"{ev.oracle_seconds:.0f} s (${ev.oracle_usd:.4f}) to run every configuration: "
+        f"{_pct(s['profiling_share_of_oracle'])} of the oracle's time.",
+        "",
+        "| constraints | srifty's pick | oracle | regret | " + " | ".join(
+            ev.cases[0].baselines) + " |" if ev.cases else "",
+        "|---|---|---|---|" + "---|" * (len(ev.cases[0].baselines) if ev.cases else 0),
+    ]
+    for r in ev.cases:
+        cells = [r.case.label(), r.pick.config if r.pick else "-", r.oracle.config if r.oracle else "-",
+                 _pct(r.pick_regret) if r.pick_regret is not None else (r.pick_note or "-")]
+        for b in r.baselines.values():
+            cells.append(f"{b['config'] or '-'}: " + (_pct(b["regret"]) if b["regret"] is not None else (b["note"] or "-")))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Regret: throughput lost (objective throughput) or extra $/h paid (objective cost) against the "
+              "oracle's pick, by measured figures.", "",
+              "| configuration | $/h | predicted samples/s | measured samples/s | error | source |",
+              "|---|---:|---:|---:|---:|---|"]
+    for c in sorted(ev.candidates, key=lambda c: -(c.measured_samples_per_s or 0)):
+        lines.append(f"| {c.config} | {c.usd_per_hour:.2f} | {c.predicted_samples_per_s or 0:.1f} | "
+                     f"{c.measured_samples_per_s or 0:.1f} | {_pct(c.prediction_error)} | {c.source or '-'} |")
+    if plot:
+        lines += ["", f"![predicted vs measured; cost vs throughput]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(ev: Evaluation, path: str) -> None:
+    """Predicted vs measured throughput; $/h vs measured throughput with the picks marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cands = [c for c in ev.candidates if c.measured_samples_per_s and c.predicted_samples_per_s]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    meas = [c.measured_samples_per_s for c in cands]
+    pred = [c.predicted_samples_per_s for c in cands]
+    a.scatter(meas, pred, c=["tab:blue" if c.homogeneous else "tab:orange" for c in cands], s=22)
+    hi = max(meas + pred) * 1.1
+    a.plot([0, hi], [0, hi], "k--", lw=0.8)
+    a.set_xlabel("measured samples/s")
+    a.set_ylabel("predicted samples/s")
+    a.set_title(f"{ev.model}: prediction (blue homogeneous, orange mixed)")
+    b.scatter(meas, [c.usd_per_hour for c in cands], s=18, color="0.6")
+    markers = ["*", "P", "X", "D", "s", "^"]
+    for i, r in enumerate(ev.cases):
+        for label, c, m in (("srifty", r.pick, markers[(2 * i) % 6]), ("oracle", r.oracle, markers[(2 * i + 1) % 6])):
+            if c is not None and c.measured_samples_per_s:
+                b.scatter([c.measured_samples_per_s], [c.usd_per_hour], marker=m, s=120,
+                          label=f"case {i + 1} {label}: {c.config}")
+        if r.case.budget_per_hour is not None:
+            b.axhline(r.case.budget_per_hour, ls=":", lw=0.8, color="tab:red")
+        if r.case.min_throughput is not None:
+            b.axvline(r.case.min_throughput, ls=":", lw=0.8, color="tab:green")
+    b.set_xlabel("measured samples/s")
+    b.set_ylabel("$ per hour")
+    b.set_title("cost vs throughput (dotted: constraints)")
+    b.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def save_json(ev: Evaluation, path: str) -> None:
+    from srifty.profile import atomic_write_text
+
+    atomic_write_text(path, json.dumps(ev.to_dict(), indent=1) + "\n")

@@ -1,0 +1,147 @@
+"""`srifty evaluate`: the space, the choices, regret and the report (pure parts), and a
+reduced real evaluation on the emulated cluster (root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from srifty import cluster
+from srifty import evaluate as ev
+from srifty.errors import SriftyError
+
+from conftest import EXAMPLES, ROOT
+
+SPEC = cluster.load_spec(ROOT / "configs" / "emulated.yaml")
+
+
+def test_space_respects_cores_and_hosts() -> None:
+    cands = ev.candidate_space(SPEC, sorted(SPEC.instance_types), max_hosts=3, cores=2.0)
+    assert cands
+    configs = [c.config for c in cands]
+    assert len(configs) == len(set(configs))
+    for c in cands:
+        assert 1 <= len(c.hosts) <= 3 and len(set(c.hosts)) <= 2
+        share = sum(SPEC.instance_types[t].cpu_share for t in c.hosts)
+        assert c.cpu_share == pytest.approx(share) and share <= 2.0 + 1e-9
+        assert c.usd_per_hour == pytest.approx(sum(SPEC.instance_types[t].price_per_hour for t in c.hosts))
+    # nothing that fits is left out: 3x emu.large (3 cores) does not fit, 2x does
+    assert "2xemu.large" in configs and "3xemu.large" not in configs
+    assert "1xemu.large+1xemu.small" in configs
+
+
+def test_case_parsing() -> None:
+    c = ev.Case.parse("budget=0.4, min_throughput=50")
+    assert (c.budget_per_hour, c.min_throughput, c.resolved_objective) == (0.4, 50.0, "cost")
+    assert ev.Case.parse("").resolved_objective == "throughput"
+    assert ev.Case.parse("objective=cost-per-sample").resolved_objective == "cost-per-sample"
+    for bad in ("budget=abc", "speed=3", "objective=fast"):
+        with pytest.raises(SriftyError):
+            ev.Case.parse(bad)
+
+
+def _cand(config: str, usd: float, pred: float | None, meas: float | None) -> ev.Candidate:
+    hosts = []
+    for g in config.split("+"):
+        n, t = g.split("x", 1)
+        hosts += [t] * int(n)
+    return ev.Candidate(config, hosts, usd, 0.5, predicted_samples_per_s=pred, measured_samples_per_s=meas,
+                        source="predicted")
+
+
+def test_regret_against_the_oracle() -> None:
+    a = _cand("1xemu.small", 0.10, pred=10, meas=9)
+    b = _cand("2xemu.small", 0.20, pred=25, meas=16)
+    c = _cand("1xemu.large", 0.48, pred=30, meas=40)
+    cands = [a, b, c]
+    case = ev.Case(budget_per_hour=0.5)
+    pick, oracle = ev.best(cands, case, measured=False), ev.best(cands, case, measured=True)
+    assert pick is c and oracle is c
+    assert ev.regret(pick, oracle, case) == (0.0, "")
+    case = ev.Case(budget_per_hour=0.3)
+    pick, oracle = ev.best(cands, case, False), ev.best(cands, case, True)
+    assert pick is b and oracle is b
+    # cheapest meeting 15 samples/s: srifty thinks b (25 predicted), measured b does 16: fine
+    case = ev.Case(min_throughput=15)
+    assert ev.best(cands, case, False) is b and ev.best(cands, case, True) is b
+    # a floor the pick misses once measured: no regret figure, a note instead
+    case = ev.Case(min_throughput=20)
+    pick, oracle = ev.best(cands, case, False), ev.best(cands, case, True)
+    assert pick is b and oracle is c
+    r, note = ev.regret(pick, oracle, case)
+    assert r is None and "misses the throughput floor" in note
+    # throughput regret is the share of throughput lost
+    case = ev.Case(budget_per_hour=0.5)
+    assert ev.regret(b, c, case)[0] == pytest.approx(1 - 16 / 40)
+    # cost regret is the extra $/h
+    assert ev.regret(c, b, ev.Case(min_throughput=15))[0] == pytest.approx(0.48 / 0.20 - 1)
+
+
+def test_baselines() -> None:
+    cands = [_cand("1xemu.small", 0.10, 10, 9), _cand("2xemu.small", 0.20, 20, 16), _cand("3xemu.small", 0.30, 30, 20),
+             _cand("1xemu.large", 0.48, 30, 40), _cand("2xemu.large", 0.96, 50, 70),
+             _cand("1xemu.large+1xemu.small", 0.58, 45, 44)]
+    base = ev.baselines(cands, ev.Case(budget_per_hour=0.6), max_hosts=3)
+    names = list(base)
+    assert base[names[0]].config == "1xemu.small"  # cheapest per hour
+    assert base[names[1]].config == "1xemu.large"  # fastest type; 2x is over budget
+    assert base[names[2]].config == "1xemu.large"  # best homogeneous within budget (mix excluded)
+
+
+@given(st.lists(st.tuples(st.floats(0.05, 2.0), st.floats(1, 500), st.floats(1, 500)), min_size=1, max_size=30),
+       st.floats(0.05, 3.0))
+@settings(max_examples=60, deadline=None)
+def test_oracle_is_never_beaten_by_a_feasible_pick(rows, budget) -> None:
+    cands = [_cand(f"{i + 1}xemu.small", usd, pred, meas) for i, (usd, pred, meas) in enumerate(rows)]
+    case = ev.Case(budget_per_hour=budget)
+    oracle = ev.best(cands, case, measured=True)
+    pick = ev.best(cands, case, measured=False)
+    r, _ = ev.regret(pick, oracle, case)
+    if oracle is not None and pick is not None:
+        assert r is not None and r >= -1e-12  # the oracle is the best measured feasible choice
+
+
+def test_report_renders_every_configuration() -> None:
+    cands = [_cand("1xemu.small", 0.10, 10, 9), _cand("2xemu.small", 0.20, 25, 16)]
+    cases = [ev.CaseResult(ev.Case(budget_per_hour=0.3), cands[1], cands[1], 0.0, "",
+                           {"cheapest": {"config": "1xemu.small", "regret": 0.4375, "note": ""}})]
+    e = ev.Evaluation("m", "s.py", 16, ["emu.small"], 2, cands, cases, 60.0, 0.01, 600.0, 0.1,
+                      {"trained_on": ["x"], "rows": 10, "excluded_model": "m"})
+    text = ev.render_markdown(e, "srifty evaluate s.py")
+    assert "1xemu.small" in text and "2xemu.small" in text and "43.8%" in text
+    assert e.summary()["profiling_share_of_oracle"] == pytest.approx(0.1)
+    assert e.summary()["prediction_mape"] == pytest.approx((1 / 9 + 9 / 16) / 2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (network namespaces, tc, cgroups)")
+def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
+    """One example, a small space: every configuration really run, regret measured and reported."""
+    work, report = tmp_path / "work", tmp_path / "EVAL.md"
+    res = subprocess.run(
+        [sys.executable, "-m", "srifty", "evaluate", str(EXAMPLES / "mlp_recsys.py"), "--batch-size", "64",
+         "--types", "emu.large,emu.net", "--max-hosts", "2", "--max-seconds", "4", "--case", "budget=0.7",
+         "--case", "min_throughput=1", "--work-dir", str(work), "--report", str(report), "--json"],
+        capture_output=True, text=True, cwd=str(ROOT), timeout=900,
+        env={**os.environ, "SRIFTY_PROFILE_CLUSTER": "evtest"},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    configs = {c["config"] for c in doc["candidates"]}
+    assert configs == {"1xemu.large", "2xemu.large", "1xemu.net", "2xemu.net", "1xemu.large+1xemu.net"}
+    assert all(c["measured_samples_per_s"] > 0 for c in doc["candidates"])
+    for case in doc["cases"]:
+        assert case["oracle"] in configs and case["pick"] in configs
+        assert case["pick_regret"] is not None or case["pick_note"]
+        if case["pick_regret"] is not None:
+            assert case["pick_regret"] >= -1e-9
+    s = doc["summary"]
+    assert s["prediction_mape"] is not None and s["oracle_seconds"] > 0 and s["profiling_seconds"] > 0
+    assert "regret" in report.read_text().lower()
