@@ -54,6 +54,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "validate": "srifty.commands.latency:validate_cmd",
     "recommend": "srifty.commands.recommend:recommend",
     "ec2": "srifty.commands.ec2:ec2",
+    "evaluate": "srifty.commands.evaluate:evaluate",
 }
 
 
