@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles corpus clean
+.PHONY: setup test demo profiles corpus evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,7 @@ accuracy:
 # Benchmark of `srifty recommend` (figures in docs/BENCHMARKS.md)
 bench:
 	$(BIN)/python scripts/bench_recommend.py
+
+# Recommendations against measured reality on the emulated cluster (root; under an hour): docs/EVALUATION.md
+evaluate:
+	$(BIN)/python scripts/make_evaluation.py
