@@ -61,7 +61,13 @@ class EmulatedBackend(ProfilingBackend):
                 f"Host types are listed in {request.spec}.",
             )
         spec = cluster.load_spec(request.spec)
-        return spec, cluster.parse_hosts(request.hosts)
+        hosts = cluster.parse_hosts(request.hosts)
+        if request.collectives:
+            workers = sum(spec.host_type(t).workers * n for t, n in hosts)
+            if workers < 2:
+                raise SriftyError(f"--collectives across {request.hosts} would be an allreduce of one worker.",
+                                  "Give at least two hosts, e.g. --hosts emu.small:2.")
+        return spec, hosts
 
     def plan(self, request: ProfileRequest, run_dir: str) -> LaunchPlan:
         from srifty import cluster
