@@ -9,10 +9,10 @@ The flow (library first; ``srifty recommend`` only formats what :func:`solve` re
    iteration time (with interval and source) of every distinct
    (instance type, workers per node, nodes, per-worker batch) of the homogeneous grid —
    a few thousand rows. Nothing else calls the model.
-3. **Prune** dominated offers: an offer whose full-node throughput is at most another
-   offer's at every node count while costing at least as much per node (and risking at
-   least as many interruptions) can never be the better choice in a mix; it is dropped
-   before mixes are composed.
+3. **Prune** dominated offers, exactly (:func:`dominance`, :func:`_prune`; the argument is in
+   docs/recommend.md): an offer is dropped only when another can stand in for it in every
+   homogeneous and mixed candidate with no less throughput, no more $/h, no more
+   interruptions and no more spot, so no objective or constraint can prefer it.
 4. **Compose** (numpy, vectorised): homogeneous candidates directly; mixes of two offers of
    different types over every node split with ``nA + nB <= max_nodes``. Synchronous data
    parallelism waits for the slowest worker, so the global batch is split in proportion
@@ -479,10 +479,14 @@ def build_offers(catalog: Any, c: Constraints) -> tuple[Offers, list[str]]:
 # --------------------------------------------------------------------------- solve
 
 
-def _goodput_factor(rate: "np.ndarray", c: Constraints) -> "np.ndarray":
+def _goodput_into(out: "np.ndarray", raw: "np.ndarray", rate: "np.ndarray", ckpt: float) -> None:
+    """Spot goodput, in place: out = raw × clip(1 − rate·ckpt, 0, 1), ckpt = restart overhead + checkpoint interval / 2."""
     import numpy as np
 
-    return np.clip(1.0 - rate * (c.restart_overhead_h + c.checkpoint_interval_h / 2.0), 0.0, 1.0)
+    np.multiply(rate, -ckpt, out=out)
+    out += 1.0
+    np.clip(out, 0.0, 1.0, out=out)
+    out *= raw
 
 
 def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[str]) -> tuple["pd.DataFrame", float]:
@@ -520,28 +524,117 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
     return out, time.perf_counter() - t0
 
 
-def _prune(offers: Offers, thr: "np.ndarray", valid: "np.ndarray") -> "np.ndarray":
-    """Boolean keep-mask over offers: drop an offer that another offer matches or beats on
-    goodput at every node count while costing no more per node and risking no more."""
+@dataclass
+class _OfferTable:
+    """Per-offer figures the composition needs (arrays aligned by offer index; full nodes = every slot used)."""
+
+    cap: "np.ndarray"  # offers × N: raw throughput of n full nodes (samples/s)
+    over: "np.ndarray"  # offers × N: communication overhead (ms) at n nodes
+    speed: "np.ndarray"  # per-worker samples/ms from one full node's compute at its batch
+    hom: "np.ndarray"  # offers × (max slots) × N: raw throughput of n nodes with w workers each (nan: no row)
+    rows: dict[int, "np.ndarray"]  # offer -> grid index of its homogeneous rows
+    valid: "np.ndarray"
+
+
+def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
     import numpy as np
 
     k = len(offers.instance_type)
-    keep = valid.copy()
-    idx = np.arange(k)
-    for i in range(k):
-        if not valid[i]:
+    wmax = int(offers.slots.max())
+    cap = np.zeros((k, N)); over = np.zeros((k, N)); speed = np.zeros(k)
+    hom = np.full((k, wmax, N), np.nan)
+    valid = np.zeros(k, bool)
+    by_type = grid.groupby("instance_type", sort=False).indices
+    g_w = grid["workers_per_node"].to_numpy(); g_n = grid["nodes"].to_numpy()
+    g_thr = grid["throughput"].to_numpy(dtype=float); g_over = grid["overhead_ms"].to_numpy(dtype=float)
+    g_cmp = grid["compute_ms"].to_numpy(dtype=float); g_lb = grid["local_batch_size"].to_numpy(dtype=float)
+    rows: dict[int, np.ndarray] = {}
+    for i, t in enumerate(offers.instance_type):
+        idx = by_type.get(t)
+        if idx is None:
             continue
-        better = ((thr >= thr[i]).all(axis=1) & (offers.price <= offers.price[i]) & (offers.rate <= offers.rate[i])
-                  & valid & (idx != i))
-        strictly = (thr > thr[i]).any(axis=1) | (offers.price < offers.price[i]) | (offers.rate < offers.rate[i])
-        if (better & (strictly | (idx < i))).any():  # of exact equals, the first is kept
+        idx = idx[np.lexsort((g_n[idx], g_w[idx]))]
+        full = idx[g_w[idx] == offers.slots[i]]
+        if len(full) != N:
+            continue
+        valid[i] = True
+        rows[i] = idx
+        cap[i] = g_thr[full]; over[i] = g_over[full]
+        speed[i] = g_lb[full[0]] / g_cmp[full[0]]
+        hom[i, g_w[idx] - 1, g_n[idx] - 1] = g_thr[idx]
+    return _OfferTable(cap, over, speed, hom, rows, valid)
+
+
+def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
+    """``D[j, i]``: offer j dominates offer i, i.e. j can stand in for i in every candidate
+    (homogeneous or mixed) and the result is at least as good on every figure any objective or
+    constraint looks at — raw throughput, $/h, interruptions/h and the spot flag (see docs/recommend.md).
+    Exact ties are broken by index, so D is a strict partial order."""
+    import numpy as np
+
+    wmax, spot = tab.hom.shape[1], np.array([m is Market.SPOT for m in offers.market])
+    node_speed = offers.slots * tab.speed
+    hom = np.where(np.isnan(tab.hom), -np.inf, tab.hom)
+    weak = (tab.valid[:, None] & tab.valid[None, :]
+            & (offers.price[:, None] <= offers.price[None, :]) & (offers.rate[:, None] <= offers.rate[None, :])
+            & (spot[:, None] <= spot[None, :]) & (offers.slots[:, None] >= offers.slots[None, :])
+            & (node_speed[:, None] >= node_speed[None, :])
+            & (tab.cap[:, None, :] >= tab.cap[None, :, :]).all(axis=2)
+            & (tab.over[:, None, :] <= tab.over[None, :, :]).all(axis=2))
+    cand = np.nonzero(weak)
+    for j, i in zip(*cand):  # homogeneous rows: every (w, n) that i has, j has at least as fast
+        if j == i:
+            continue
+        if not (hom[j] >= hom[i]).all():
+            weak[j, i] = False
+    k = len(offers.instance_type)
+    idx = np.arange(k)
+    return weak & (~weak.T | (idx[:, None] < idx[None, :])) & (idx[:, None] != idx[None, :])
+
+
+def _prune(offers: Offers, tab: _OfferTable, mixing: bool) -> "np.ndarray":
+    """Keep-mask over offers. An offer is dropped when dominated (see :func:`dominance`) and, if mixes
+    are composed, when its dominators can replace it next to any partner: some dominator is of its own
+    type (other market), or they span two types (a partner can share the type of at most one)."""
+    import numpy as np
+
+    D = dominance(offers, tab)
+    types = np.array(offers.instance_type, dtype=object)
+    keep = tab.valid.copy()
+    for i in np.nonzero(tab.valid)[0]:
+        dom = np.nonzero(D[:, i])[0]
+        if len(dom) == 0:
+            continue
+        dtypes = set(types[dom])
+        if not mixing or types[i] in dtypes or len(dtypes) >= 2:
             keep[i] = False
     return keep
 
 
+@dataclass
+class _Space:
+    """The composed candidates: homogeneous blocks, then one mix block per first offer (A)."""
+
+    offers: Offers
+    tab: _OfferTable
+    grid: "pd.DataFrame"
+    blocks: list[tuple]  # ("hom", offer, grid index) | ("mix", A, B array, nA, nB)
+    starts: "np.ndarray"  # first candidate index of each block
+    b_ref: float
+    global_batch: int | None
+
+    def locate(self, j: int) -> tuple[tuple, int]:
+        import numpy as np
+
+        b = int(np.searchsorted(self.starts, j, side="right") - 1)
+        return self.blocks[b], int(j - self.starts[b])
+
+
 def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, objective: Objective | None = None,
-          top: int = 10, pareto_limit: int = 50) -> Result:
-    """Every candidate evaluated, constrained and ranked; raises :class:`InfeasibleError` when none is feasible."""
+          top: int = 10, pareto_limit: int = 50, prune: bool = True) -> Result:
+    """Every candidate evaluated, constrained and ranked; raises :class:`InfeasibleError` when none is feasible.
+
+    ``prune=False`` composes every offer (the reference the exactness test compares against)."""
     import numpy as np
 
     c = constraints
@@ -552,90 +645,82 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     grid, model_s = _grid(oracle, offers, c, notes)
     N = c.max_nodes
     b_ref = float(c.local_batch_size or oracle.default_local_batch())
+    mixing = bool(c.heterogeneous and c.max_types >= 2 and N >= 2)
 
-    # ---- per-offer arrays from the grid (full nodes: every slot used)
-    known = set(grid["instance_type"])
-    valid = np.array([t in known for t in offers.instance_type])
-    full_rows = grid[grid["workers_per_node"] == grid["instance_type"].map(
-        dict(zip(offers.instance_type, offers.slots.tolist())))]
-    full: dict[str, dict[str, np.ndarray]] = {}
-    for t, g in full_rows.groupby("instance_type"):
-        g = g.sort_values("nodes")
-        full[t] = {k: g[k].to_numpy() for k in ("throughput", "iteration_ms", "interval_low_ms", "interval_high_ms",
-                                                "overhead_ms", "compute_ms", "local_batch_size")}
-        full[t]["source"] = g["source"].to_numpy()
-    empty = np.zeros(N)
-    nodes_axis = np.arange(1, N + 1)
-    goodput_full = {}
-    for i, t in enumerate(offers.instance_type):
-        if t in full:
-            goodput_full[(t, offers.market[i])] = full[t]["throughput"] * _goodput_factor(
-                offers.rate[i] * nodes_axis, c)
-    offer_thr = np.stack([goodput_full.get((t, m), empty) for t, m in zip(offers.instance_type, offers.market)])
-    keep = _prune(offers, offer_thr, valid)
+    tab = _offer_table(offers, grid, N)
+    keep = _prune(offers, tab, mixing) if prune else tab.valid.copy()
     keep_i = np.nonzero(keep)[0]
-    pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(valid & ~keep)[0]]
+    pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(tab.valid & ~keep)[0]]
+    nodes_axis = np.arange(1, N + 1)
+    ckpt = c.restart_overhead_h + c.checkpoint_interval_h / 2.0
 
-    # ---- homogeneous candidates: every kept offer × workers per node × nodes
-    parts: list[dict[str, np.ndarray]] = []
-    labels: list[tuple] = []  # how to rebuild each block's rows
+    # ---- sizes, then one preallocated array per figure (no concatenation)
+    blocks: list[tuple] = []
+    sizes: list[int] = []
     for i in keep_i:
-        t, m = offers.instance_type[i], offers.market[i]
-        g = grid[grid["instance_type"] == t]
-        n = g["nodes"].to_numpy()
-        lam = offers.rate[i] * n
-        gp = g["throughput"].to_numpy() * _goodput_factor(lam, c)
-        parts.append({"thr": gp, "raw": g["throughput"].to_numpy(), "price": offers.price[i] * n, "rate": lam,
-                      "nodes": n, "gpus": g["world"].to_numpy(), "spot": np.full(len(n), m is Market.SPOT)})
-        labels.append(("hom", i, g.index.to_numpy()))
-
-    # ---- mixes of two offers of different types, full nodes, nA + nB <= N
-    if c.heterogeneous and c.max_types >= 2 and N >= 2:
+        blocks.append(("hom", int(i), tab.rows[int(i)]))
+        sizes.append(len(tab.rows[int(i)]))
+    if mixing:
         nA, nB = np.meshgrid(nodes_axis, nodes_axis, indexing="ij")
         sel = (nA + nB) <= N
         nA, nB = nA[sel], nB[sel]
-        pairs = [(a, b) for ai, a in enumerate(keep_i) for b in keep_i[ai + 1:]
-                 if offers.instance_type[a] != offers.instance_type[b]]
-        if pairs:
-            A = np.array([p[0] for p in pairs]); B = np.array([p[1] for p in pairs])
-            fA = [full[offers.instance_type[a]] for a in A]; fB = [full[offers.instance_type[b]] for b in B]
+        types = offers.instance_type
+        for ai, a in enumerate(keep_i):
+            Bs = np.array([b for b in keep_i[ai + 1:] if types[b] != types[a]], dtype=int)
+            if len(Bs):
+                blocks.append(("mix", int(a), Bs, nA, nB))
+                sizes.append(len(Bs) * len(nA))
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if sizes else np.zeros(1, np.int64)
+    n_cand = int(sum(sizes))
+    thr = np.empty(n_cand); raw = np.empty(n_cand); price = np.empty(n_cand); rate = np.empty(n_cand)
+    spot = np.empty(n_cand, bool)
+    g_thr = grid["throughput"].to_numpy(dtype=float); g_n = grid["nodes"].to_numpy()
+    is_spot = np.array([m is Market.SPOT for m in offers.market])
 
-            def col(fs: list, key: str) -> np.ndarray:
-                return np.stack([f[key] for f in fs])  # pairs × N
+    if mixing:  # per offer and node split, gathered once (a block then takes whole rows)
+        fA, fB = nA.astype(float), nB.astype(float)
+        over_s = tab.over[:, nA + nB - 1]  # offers × splits: overhead at the total node count
+        cap_a, cap_b = tab.cap[:, nA - 1], tab.cap[:, nB - 1]  # offers × splits: caps at nA, nB nodes
+    for blk, s0, size in zip(blocks, starts, sizes):
+        sl = slice(int(s0), int(s0) + size)
+        if blk[0] == "hom":
+            i, idx = blk[1], blk[2]
+            n = g_n[idx]
+            raw[sl] = g_thr[idx]
+            price[sl] = offers.price[i] * n
+            rate[sl] = offers.rate[i] * n
+            spot[sl] = is_spot[i]
+            _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)
+            continue
+        a, Bs = blk[1], blk[2]
+        P = len(Bs)
+        shp = (P, len(nA))
+        r_raw = raw[sl].reshape(shp); r_price = price[sl].reshape(shp); r_rate = rate[sl].reshape(shp)
+        wa, sa = float(offers.slots[a]), float(offers.slots[a] * tab.speed[a])
+        wb, sb = offers.slots[Bs].astype(float)[:, None], (offers.slots[Bs] * tab.speed[Bs])[:, None]
+        # total speed S (samples/ms) and global batch G
+        S = sb * fB; S += sa * fA
+        if c.global_batch_size:
+            G: Any = float(c.global_batch_size)
+        else:
+            G = wb * fB; G += wa * fA; G *= b_ref
+        # iteration = G / S (compute, equalised) + the slower link's overhead at the total node count
+        over = np.maximum(over_s[Bs], over_s[a])
+        np.divide(G, S, out=S); S += over  # S now holds the iteration time (ms)
+        np.divide(G, S, out=r_raw); r_raw *= 1e3
+        cap = cap_b[Bs]
+        cap += cap_a[a]
+        np.minimum(r_raw, cap, out=r_raw)
+        np.multiply(offers.price[Bs][:, None], fB, out=r_price); r_price += offers.price[a] * fA
+        np.multiply(offers.rate[Bs][:, None], fB, out=r_rate); r_rate += offers.rate[a] * fA
+        spot[sl].reshape(shp)[:] = is_spot[Bs][:, None] | is_spot[a]
+        _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)  # while the block is still in cache
 
-            # per-worker speed (samples/ms) from one full node's compute at its batch
-            rA = col(fA, "local_batch_size")[:, 0] / col(fA, "compute_ms")[:, 0]
-            rB = col(fB, "local_batch_size")[:, 0] / col(fB, "compute_ms")[:, 0]
-            wA, wB = offers.slots[A], offers.slots[B]
-            WA = wA[:, None] * nA[None, :]; WB = wB[:, None] * nB[None, :]
-            G = (np.full(WA.shape, float(c.global_batch_size)) if c.global_batch_size else b_ref * (WA + WB))
-            Tc = G / (WA * rA[:, None] + WB * rB[:, None])
-            tot = nA + nB - 1  # index of total node count
-            oA, oB = col(fA, "overhead_ms")[:, tot], col(fB, "overhead_ms")[:, tot]
-            over = np.maximum(oA, oB)
-            it = Tc + over
-            raw = G / it * 1e3
-            cap = col(fA, "throughput")[:, nA - 1] + col(fB, "throughput")[:, nB - 1]
-            raw = np.minimum(raw, cap)
-            lam = offers.rate[A][:, None] * nA + offers.rate[B][:, None] * nB
-            gp = raw * _goodput_factor(lam, c)
-            price = offers.price[A][:, None] * nA + offers.price[B][:, None] * nB
-            P = len(pairs)
-            parts.append({"thr": gp.ravel(), "raw": raw.ravel(), "price": price.ravel(), "rate": lam.ravel(),
-                          "nodes": np.broadcast_to(nA + nB, (P, len(nA))).ravel(),
-                          "gpus": (WA + WB).ravel(),
-                          "spot": ((np.array([offers.market[a] is Market.SPOT for a in A])[:, None] |
-                                    np.array([offers.market[b] is Market.SPOT for b in B])[:, None])
-                                   & np.ones((1, len(nA)), bool)).ravel()})
-            labels.append(("mix", A, B, nA, nB, rA, rB, G.ravel(), Tc.ravel(), it.ravel()))
-
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    n_cand = len(cat["thr"])
-    thr, price = cat["thr"], cat["price"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        usd_per_m = np.where(thr > 0, price / (thr * 3600.0) * 1e6, np.inf)
         hours = np.where(thr > 0, (c.samples or 0.0) / (thr * 3600.0), np.inf) if c.samples else None
     usd_total = hours * price if hours is not None else None
+    cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot}
+    space = _Space(offers, tab, grid, blocks, starts, b_ref, c.global_batch_size)
 
     masks: dict[str, np.ndarray] = {"usable": thr > 0}
     if c.budget_per_hour is not None:
@@ -647,13 +732,16 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     if c.deadline_hours is not None:
         masks["deadline"] = hours <= c.deadline_hours + 1e-12
     if not c.spot:
-        masks["spot"] = ~cat["spot"]
+        masks["spot"] = ~spot
     if c.max_interruption is not None:
-        masks["max_interruption"] = cat["rate"] <= c.max_interruption + 1e-12
-    ok = np.logical_and.reduce(list(masks.values()))
-    feasible_idx = np.nonzero(ok)[0]
+        masks["max_interruption"] = rate <= c.max_interruption + 1e-12
+    ok = masks["usable"].copy()
+    for k, m in masks.items():
+        if k != "usable":
+            ok &= m
+    feasible_idx = np.flatnonzero(ok)
     if len(feasible_idx) == 0:
-        raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(j, labels, parts, offers, grid))
+        raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
 
     # ---- rank: a partial sort picks the leaders, a full sort orders only them
     fthr, fprice = thr[feasible_idx], price[feasible_idx]
@@ -662,25 +750,22 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     elif obj is Objective.COST:
         primary, secondary = (usd_total[feasible_idx] if usd_total is not None else fprice), -fthr
     else:
-        primary, secondary = usd_per_m[feasible_idx], -fthr
+        primary, secondary = fprice / (fthr * 3600.0), -fthr
     if len(primary) > top:
         kth = np.partition(primary, top - 1)[top - 1]
-        lead = np.nonzero(primary <= kth)[0]
+        lead = np.flatnonzero(primary <= kth)
     else:
         lead = np.arange(len(primary))
     ranked = feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
 
-    # ---- Pareto front (throughput up, $/h down) over the feasible set, vectorised
-    order = np.lexsort((-fthr, fprice))
-    t_sorted = fthr[order]
-    prev_best = np.concatenate(([-np.inf], np.maximum.accumulate(t_sorted)[:-1]))
-    front = list(feasible_idx[order[t_sorted > prev_best + 1e-9]])
+    # ---- Pareto front (throughput up, $/h down) over the feasible set
+    front = feasible_idx[_pareto(fthr, fprice)]
     if len(front) > pareto_limit:
         pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
-        front = [front[i] for i in pick]
+        front = front[pick]
 
     def rec(j: int) -> Recommendation:
-        return _recommendation(int(j), labels, parts, offers, grid, cat, usd_per_m, hours, usd_total)
+        return _recommendation(int(j), space, cat, hours, usd_total)
 
     recs = [rec(j) for j in ranked]
     for k, r in enumerate(recs):
@@ -691,8 +776,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     for p in pareto:
         p.chosen = p.config == chosen_cfg
     if pruned:
-        notes.append(f"pruned {len(pruned)} dominated offer(s) before composing mixes: {', '.join(pruned[:8])}"
-                     + (" …" if len(pruned) > 8 else ""))
+        notes.append(f"pruned {len(pruned)} dominated offer(s) before composing (exact: each has a cheaper-or-equal, "
+                     f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
@@ -700,57 +785,88 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                   int(len(feasible_idx)), notes)
 
 
-def _locate(j: int, parts: list[dict[str, Any]]) -> tuple[int, int]:
-    for b, p in enumerate(parts):
-        if j < len(p["thr"]):
-            return b, j
-        j -= len(p["thr"])
-    raise IndexError(j)
+def _pareto(thr: "np.ndarray", price: "np.ndarray") -> "np.ndarray":
+    """Indices of the Pareto front (throughput up, $/h down), in $/h order: a point is kept when its
+    throughput beats (by 1e-9) every point before it in ($/h ascending, throughput descending) order.
+
+    A strided sample's front first discards every point that a sample point beats outright (no
+    more $/h, strictly more throughput): such a point is dropped by the full scan too and never
+    raises its running best, so only the few survivors need the lexsort."""
+    import numpy as np
+
+    n = len(thr)
+    if n > 20000:
+        s = np.arange(0, n, max(1, n // 4096))
+        so = np.lexsort((-thr[s], price[s]))
+        sp, st = price[s][so], np.maximum.accumulate(thr[s][so])
+        # bucket the $/h axis; a point in bucket b is beaten by the best sample point priced at or
+        # below the bucket's lower edge (a cheaper-or-equal point) when that one is strictly faster
+        lo, hi = float(price.min()), float(price.max())
+        nb = 1 << 16
+        width = (hi - lo) / nb or 1.0
+        edges = lo + width * np.arange(nb)
+        pos = np.searchsorted(sp, edges, side="right") - 1
+        best = np.where(pos >= 0, st[np.maximum(pos, 0)], -np.inf)
+        b = price - lo
+        b *= 1.0 / width
+        bi = b.astype(np.int32)
+        np.clip(bi, 0, nb - 1, out=bi)
+        # edges[bi] <= price holds up to rounding; keep a point unless its bucket edge is clearly below it
+        safe = edges[bi] <= price
+        cand = np.flatnonzero(~((best[bi] > thr) & safe))
+    else:
+        cand = np.arange(n)
+    order = cand[np.lexsort((-thr[cand], price[cand]))]
+    t_sorted = thr[order]
+    prev_best = np.concatenate(([-np.inf], np.maximum.accumulate(t_sorted)[:-1]))
+    return order[t_sorted > prev_best + 1e-9]
 
 
-def _config_text(j: int, labels: list[tuple], parts: list[dict[str, Any]], offers: Offers, grid: "pd.DataFrame") -> str:
-    b, k = _locate(j, parts)
-    lab = labels[b]
-    if lab[0] == "hom":
-        i, gidx = lab[1], lab[2]
-        row = grid.loc[gidx[k]]
+def _mix_parts(space: _Space, blk: tuple, k: int) -> tuple[int, int, int, int]:
+    q = len(blk[3])
+    p, s = divmod(k, q)
+    return blk[1], int(blk[2][p]), int(blk[3][s]), int(blk[4][s])
+
+
+def _config_text(j: int, space: _Space) -> str:
+    blk, k = space.locate(j)
+    offers = space.offers
+    if blk[0] == "hom":
+        i = blk[1]
+        row = space.grid.loc[blk[2][k]]
         spot = "@spot" if offers.market[i] is Market.SPOT else ""
         wpn = "" if int(row.workers_per_node) == int(offers.slots[i]) else f":{int(row.workers_per_node)}"
         return f"{int(row.nodes)}x{row.instance_type}{wpn}{spot}"
-    A, B, nA, nB = lab[1], lab[2], lab[3], lab[4]
-    q = len(nA)
-    p, s = divmod(k, q)
-    a, bb = A[p], B[p]
+    a, bb, na, nb = _mix_parts(space, blk, k)
     sa = "@spot" if offers.market[a] is Market.SPOT else ""
     sb = "@spot" if offers.market[bb] is Market.SPOT else ""
-    return f"{nA[s]}x{offers.instance_type[a]}{sa}+{nB[s]}x{offers.instance_type[bb]}{sb}"
+    return f"{na}x{offers.instance_type[a]}{sa}+{nb}x{offers.instance_type[bb]}{sb}"
 
 
-def _recommendation(j: int, labels: list[tuple], parts: list[dict[str, Any]], offers: Offers, grid: "pd.DataFrame",
-                    cat: dict[str, "np.ndarray"], usd_per_m: "np.ndarray", hours: "np.ndarray | None",
+def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
                     usd_total: "np.ndarray | None") -> Recommendation:
-    b, k = _locate(j, parts)
-    lab = labels[b]
-    config = _config_text(j, labels, parts, offers, grid)
-    if lab[0] == "hom":
-        i = lab[1]
-        row = grid.loc[lab[2][k]]
+    blk, k = space.locate(j)
+    offers, grid = space.offers, space.grid
+    config = _config_text(j, space)
+    if blk[0] == "hom":
+        i = blk[1]
+        row = grid.loc[blk[2][k]]
         market = offers.market[i].value
         split = {str(row.instance_type): float(row.local_batch_size)}
         gb = float(row.local_batch_size * row.world)
         it, lo, hi, source = float(row.iteration_ms), float(row.interval_low_ms), float(row.interval_high_ms), str(row.source)
-        mixed = False
+        mixed, gpus, nodes = False, int(row.world), int(row.nodes)
     else:
-        A, B, nA, nB, rA, rB, G, Tc, itm = lab[1:]
-        q = len(nA)
-        p, s = divmod(k, q)
-        a, bb = A[p], B[p]
+        a, bb, na, nb = _mix_parts(space, blk, k)
         ta, tb = offers.instance_type[a], offers.instance_type[bb]
         ma, mb = offers.market[a], offers.market[bb]
         market = ma.value if ma is mb else "mixed"
-        split = {ta: float(rA[p] * Tc[k]), tb: float(rB[p] * Tc[k])}
-        gb = float(G[k])
-        total = int(nA[s] + nB[s])
+        wa, wb = int(offers.slots[a]) * na, int(offers.slots[bb]) * nb
+        ra, rb = float(space.tab.speed[a]), float(space.tab.speed[bb])
+        gb = float(space.global_batch) if space.global_batch else space.b_ref * (wa + wb)
+        tc = gb / (wa * ra + wb * rb)
+        split = {ta: ra * tc, tb: rb * tc}
+        total = na + nb
         rows = grid[(grid["nodes"] == total) & (((grid["instance_type"] == ta) & (grid["workers_per_node"] == offers.slots[a])) |
                                                 ((grid["instance_type"] == tb) & (grid["workers_per_node"] == offers.slots[bb])))]
         rel_lo = float((rows["interval_low_ms"] / rows["iteration_ms"]).min())
@@ -759,12 +875,14 @@ def _recommendation(j: int, labels: list[tuple], parts: list[dict[str, Any]], of
         lo, hi = it * rel_lo, it * rel_hi
         srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])
         source = "transferred" if "transferred" in srcs else "predicted"
-        mixed = True
+        mixed, gpus, nodes = True, wa + wb, total
+    thr_j, price_j = float(cat["thr"][j]), float(cat["price"][j])
     return Recommendation(
-        config=config, market=market, gpus=int(cat["gpus"][j]), nodes=int(cat["nodes"][j]), batch_split=split,
-        global_batch=gb, iteration_ms=it, interval_ms=(lo, hi), throughput_samples_per_s=float(cat["thr"][j]),
-        raw_throughput_samples_per_s=float(cat["raw"][j]), usd_per_hour=float(cat["price"][j]),
-        usd_per_million_samples=float(usd_per_m[j]), interruptions_per_hour=float(cat["rate"][j]), source=source,
+        config=config, market=market, gpus=gpus, nodes=nodes, batch_split=split,
+        global_batch=gb, iteration_ms=it, interval_ms=(lo, hi), throughput_samples_per_s=thr_j,
+        raw_throughput_samples_per_s=float(cat["raw"][j]), usd_per_hour=price_j,
+        usd_per_million_samples=price_j / (thr_j * 3600.0) * 1e6 if thr_j > 0 else math.inf,
+        interruptions_per_hour=float(cat["rate"][j]), source=source,
         mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
         usd_to_finish=float(usd_total[j]) if usd_total is not None else None)
 
@@ -783,6 +901,12 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
 
     thr, price, rate = cat["thr"], cat["price"], cat["rate"]
     names = [k for k in masks if k != "usable"]
+
+    def pick(idx: "np.ndarray", *keys: "np.ndarray") -> int:
+        # the best by the first key, ties broken by the others (more throughput, less $/h, less risk),
+        # so that a dominated configuration is never named where one that dominates it ties
+        return int(idx[np.lexsort(tuple(k[idx] for k in reversed(keys)))[0]])
+
     if not masks["usable"].any():
         return InfeasibleError("The latency model predicts no usable throughput for any candidate.",
                                "Check the profile (srifty show) and the catalog filters.")
@@ -799,31 +923,31 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
     lines = []
     for k, idx in blockers:
         if k == "budget":
-            j = idx[np.argmin(price[idx])]
+            j = pick(idx, price, -thr, rate)
             lines.append(f"--budget ${c.budget_per_hour:.2f}/h rules everything out: the cheapest configuration "
                          f"meeting the other constraints ({config_of(j)}, {thr[j]:.1f} samples/s) costs "
                          f"${price[j]:.2f}/h; raise --budget to {math.ceil(price[j] * 100) / 100:.2f}")
         elif k == "total_budget":
-            j = idx[np.argmin(usd_total[idx])]
+            j = pick(idx, usd_total, -thr, price, rate)
             lines.append(f"--total-budget ${c.total_budget:.2f} rules everything out: the cheapest run that meets the "
                          f"others ({config_of(j)}) costs ${usd_total[j]:.2f}; raise --total-budget to "
                          f"{math.ceil(usd_total[j] * 100) / 100:.2f}")
         elif k == "min_throughput":
-            j = idx[np.argmax(thr[idx])]
+            j = pick(idx, -thr, price, rate)
             lines.append(f"--min-throughput {c.min_throughput:g} rules everything out: the fastest configuration "
                          f"meeting the other constraints ({config_of(j)}, ${price[j]:.2f}/h) reaches "
                          f"{thr[j]:.1f} samples/s; lower --min-throughput to {math.floor(thr[j] * 10) / 10:g}")
         elif k == "deadline":
-            j = idx[np.argmin(hours[idx])]
+            j = pick(idx, hours, price, rate)
             lines.append(f"--deadline {c.deadline_hours:g} h rules everything out: the fastest configuration meeting "
                          f"the others ({config_of(j)}) needs {hours[j]:.2f} h; extend --deadline to "
                          f"{math.ceil(hours[j] * 100) / 100:g}")
         elif k == "spot":
-            j = idx[np.argmin(price[idx])]
+            j = pick(idx, price, -thr, rate)
             lines.append(f"--no-spot rules everything out: with spot, {config_of(j)} meets every other constraint at "
                          f"${price[j]:.2f}/h; allow --spot")
         elif k == "max_interruption":
-            j = idx[np.argmin(rate[idx])]
+            j = pick(idx, rate, -thr, price)
             lines.append(f"--max-interruption {c.max_interruption:g}/h rules everything out: the least risky "
                          f"configuration meeting the others ({config_of(j)}) expects {rate[j]:.4g} interruptions/h; "
                          f"raise --max-interruption to {rate[j]:.4g}")

@@ -192,3 +192,139 @@ def test_cli_plot(tmp_path):
                    "--budget", "1", "--max-nodes", "3", "--pareto", "--plot", str(out), timeout=120)
     assert p.returncode == 0, p.stderr
     assert out.read_bytes()[:4] == b"\x89PNG" and "★" in p.stdout
+
+
+# --------------------------------------------------------------------------- exact pruning
+
+
+class _FakeCatalog:
+    """A small random GPU catalog (one region) with the columns build_offers reads."""
+
+    default_region = "r1"
+
+    def __init__(self, rows):
+        import pandas as pd
+
+        self.df = pd.DataFrame(rows, columns=["region", "instance_type", "gpu_count", "gpu_name",
+                                              "ondemand_usd_per_hour", "spot_min_usd_per_hour", "interruption_per_hour"])
+
+
+class _FakeOracle:
+    """compute = batch / speed; iteration = compute + overhead(n) + intra-node cost (w − 1)."""
+
+    notes: list = []
+
+    def __init__(self, types):
+        self.types = types  # name -> (speed, alpha, beta, gamma)
+
+    def default_local_batch(self):
+        return 32
+
+    def predict_rows(self, rows):
+        import numpy as np
+
+        p = np.array([self.types[t] for t in rows["instance_type"]])
+        n, w = rows["nodes"].to_numpy(float), rows["workers_per_node"].to_numpy(float)
+        comp = rows["local_batch_size"].to_numpy(float) / p[:, 0]
+        it = comp + np.where(n > 1, p[:, 1] + p[:, 2] * np.log2(n), 0.0) + p[:, 3] * (w - 1)
+        out = rows.copy()
+        out["iteration_ms"], out["interval_low_ms"], out["interval_high_ms"] = it, it * 0.9, it * 1.2
+        out["compute_ms"], out["source"] = comp, "predicted"
+        return out
+
+
+@st.composite
+def small_catalogs(draw):
+    """A few types drawn from few distinct figures; about half are variants of an earlier type
+    (an equal or faster GPU, a network that may be slower, a price that may be higher), so dominated
+    offers, near-dominated ones and exact ties are common."""
+    k = draw(st.integers(2, 6))
+    rows, types, figs = [], {}, []
+    for i in range(k):
+        if figs and draw(st.booleans()):
+            slots, speed, alpha, beta, gamma, od, spot_f, lam = draw(st.sampled_from(figs))
+            speed *= draw(st.sampled_from([1.0, 1.0, 2.0]))  # a faster GPU ...
+            alpha += draw(st.sampled_from([0.0, 0.0, 1.0, 6.0]))  # ... may come with a slower network
+            beta += draw(st.sampled_from([0.0, 0.0, 0.5, -0.25]))
+            od += draw(st.sampled_from([0.0, 0.5, 1.0, -0.25]))
+            lam += draw(st.sampled_from([0.0, 0.0, 0.1]))
+        else:
+            slots = draw(st.sampled_from([1, 2, 4]))
+            speed = draw(st.sampled_from([2.0, 4.0, 8.0]))
+            alpha, beta = draw(st.sampled_from([1.0, 3.0])), draw(st.sampled_from([0.5, 2.0]))
+            gamma = draw(st.sampled_from([0.0, 0.5]))
+            od = draw(st.sampled_from([1.0, 2.0, 3.0, 4.0]))
+            spot_f = draw(st.sampled_from([None, 0.3, 0.5, 1.0]))
+            lam = draw(st.sampled_from([0.0, 0.05, 0.2]))
+        figs.append((slots, speed, alpha, beta, gamma, od, spot_f, lam))
+        name = f"t{i}.x"
+        types[name] = (speed, alpha, beta, gamma)
+        spot = round(od * spot_f, 4) if spot_f is not None else float("nan")
+        rows.append(("r1", name, slots, "G", od, spot, lam))
+    return _FakeCatalog(rows), _FakeOracle(types)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cat_oracle=small_catalogs(), max_nodes=st.integers(1, 5),
+       budget=st.one_of(st.none(), st.floats(1.0, 30.0)), minthr=st.one_of(st.none(), st.floats(1.0, 60.0)),
+       spot=st.booleans(), maxint=st.one_of(st.none(), st.floats(0.0, 0.5)), hetero=st.booleans(),
+       gbs=st.one_of(st.none(), st.sampled_from([64, 256])),
+       objective=st.sampled_from([None, *solver.Objective]))
+def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr, spot, maxint, hetero, gbs, objective):
+    cat, oracle = cat_oracle
+
+    def go(prune):
+        c = solver.Constraints(budget_per_hour=budget, min_throughput=minthr, spot=spot, max_interruption=maxint,
+                               max_nodes=max_nodes, heterogeneous=hetero, global_batch_size=gbs,
+                               samples=1e6 if objective is solver.Objective.COST else None)
+        try:
+            return solver.solve(oracle, cat, c, objective, top=3, pareto_limit=10**6, prune=prune)
+        except solver.InfeasibleError as e:
+            return str(e)
+
+    a, b = go(True), go(False)
+    if isinstance(b, str):  # same verdict, same named relaxation (the config named may differ on an exact tie)
+        import re
+
+        assert isinstance(a, str)
+        cfg = re.compile(r"\d+xt[\w.:@+]+")
+        assert cfg.sub("CFG", a) == cfg.sub("CFG", b)
+        return
+    assert not isinstance(a, str), a
+    assert a.candidates_evaluated <= b.candidates_evaluated
+    x, y = a.chosen, b.chosen
+    key = lambda r: (r.throughput_samples_per_s, r.usd_per_hour, r.interruptions_per_hour)  # noqa: E731
+    assert key(x) == pytest.approx(key(y), rel=1e-12, abs=1e-12), (x.config, y.config)
+    if not (x.config != y.config and key(x) == key(y)):  # a different config only on an exact tie
+        assert x.config == y.config
+    front = lambda r: [(p.throughput_samples_per_s, p.usd_per_hour) for p in r.pareto]  # noqa: E731
+    assert front(a) == front(b)
+
+
+def test_recommend_help_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom srifty.cli import main\ntry:\n    main(['recommend', '--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'sklearn', 'boto3', 'pandas'))\n"
+            "print('HEAVY', heavy)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert "Recommend cluster configurations" in p.stdout, p.stderr
+    assert "HEAVY []" in p.stdout, p.stdout[-500:]
+
+
+def test_a_faster_gpu_on_a_slower_network_does_not_prune_in_mixes():
+    """t1 and t3 (two types, so either could stand in next to any partner) beat t0 alone at every
+    node count (twice the GPU speed) but their network is slower; next to t2 (fast GPU, fast
+    network) the mix with t0 is faster, so t0 must not be pruned."""
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 1.0, float("nan"), 0.0),
+                        ("r1", "t2.x", 1, "G", 3.0, float("nan"), 0.0), ("r1", "t3.x", 1, "G", 1.0, float("nan"), 0.0)])
+    oracle = _FakeOracle({"t0.x": (2.0, 1.0, 0.5, 0.0), "t1.x": (4.0, 7.0, 0.5, 0.0), "t2.x": (8.0, 1.0, 0.5, 0.0),
+                          "t3.x": (4.0, 7.0, 0.5, 0.0)})
+    for prune in (True, False):
+        r = solver.solve(oracle, cat, solver.Constraints(max_nodes=5), solver.Objective.THROUGHPUT, top=1,
+                         pareto_limit=10**6, prune=prune)
+        fronts = [(p.config, p.throughput_samples_per_s) for p in r.pareto]
+        if prune:
+            pruned_front = fronts
+    assert pruned_front == fronts and any("t0.x" in c for c, _ in fronts)
