@@ -75,20 +75,22 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="srifty")
-@click.option("--debug", is_flag=True, help="Show tracebacks and worker logs on errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """srifty: which cloud VMs to rent for data-parallel PyTorch training.
 
     \b
-    Profile your real DDP training script for a short time, then (coming commands)
-    predict its speed on other instance types, node counts and mixes, and recommend
-    configurations that meet your budget, throughput and deadline.
+    Profile your real DDP training script for a short time, predict its speed on
+    other instance types, node counts and mixes, and get the configurations that
+    meet your budget, throughput and deadline, ranked.
 
     \b
     Start here:
       srifty profile examples/cnn_resnet.py --nproc 2 --out cnn.json
       srifty show cnn.json
+      srifty predict --profile cnn.json --config 2xg4dn.12xlarge
+      srifty recommend --profile cnn.json --budget 12
     """
     ctx.obj = Context(debug)
 
