@@ -17,9 +17,11 @@ setup:
 test:
 	$(BIN)/python -m pytest -q
 
-# The main job on shipped data, no cloud account: summarise the recorded profiles.
+# The main job on shipped data, no cloud account: the recorded profiles, then the
+# configurations to rent for one of them (the first run trains the latency model, ~1 min).
 demo:
-	$(BIN)/srifty show profiles/local/*.json
+	$(BIN)/srifty show profiles/local
+	$(BIN)/srifty recommend --profile profiles/local/cnn_resnet.json --budget 12
 
 # Re-record the shipped profiles of the examples with the real profiler (about 2 minutes).
 profiles:
