@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 PCIE_GBYTES_PER_S = {"gen3": 15.75, "gen4": 31.5, "gen5": 63.0}  # x16, one direction (PCI-SIG line rates)
 DEFAULT_INTRA_GBYTES_PER_S = 10.0
 EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over loopback sockets
+# tc tbf shapes Ethernet frames: a 1514-byte frame carries 1448 bytes of TCP payload
+# (20 IP + 32 TCP-with-timestamps + 14 Ethernet header bytes), so goodput = 1448/1514 of the
+# configured rate; docs/emulated-cluster.md measured 95.4-95.9% with iperf-like transfers.
+TBF_GOODPUT = 1448.0 / 1514.0
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
 BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
@@ -44,6 +48,7 @@ FEATURES = [
     "nodes", "world_size", "max_workers_per_node", "min_workers_per_node", "imbalance", "n_types",
     "log_grad_mb", "grad_bytes_estimated", "log_local_batch", "log_compute_per_sample_ms",
     "inter_gbytes_per_s", "intra_gbytes_per_s", "gpu_fp32_tflops", "gpu_mem_gbytes_per_s", "transferred",
+    "emulated", "cpu_load",
 ]
 
 # What the residual model reads: scale-free, model-agnostic quantities only. Absolute sizes
@@ -53,6 +58,9 @@ RESIDUAL_FEATURES = [
     "min_workers_per_node", "imbalance", "n_types", "inter_gbytes_per_s", "intra_gbytes_per_s",
     "grad_bytes_estimated", "transferred",
 ]
+# Emulated hosts share one machine: the configuration's total CPU share over the machine's cores
+# (oversubscription slows every host beyond its quota; docs/emulated-cluster.md, "Limits").
+REGIME_FEATURES = {"real": RESIDUAL_FEATURES, "emulated": RESIDUAL_FEATURES + ["cpu_load"]}
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,13 @@ class Run:
     local_batch_size: int
     step_ms: float
     sync_ms: float | None = None
+    post_ms: float | None = None  # optimizer + other (after the allreduces), when the profile splits it
+    config: str | None = None  # the full configuration when it mixes instance types (e.g. 1xemu.medium+1xemu.small)
+
+    @property
+    def mixed(self) -> bool:
+        return self.config is not None and "+" in self.config and len(
+            {g.split("x", 1)[-1].split(":")[0] for g in self.config.split("+")}) > 1
 
     @property
     def world_size(self) -> int:
@@ -123,10 +138,13 @@ class JobProfile:
     bucket_bytes: list[float] | None = None
     ready_fractions: list[float] | None = None
     sources: list[str] = field(default_factory=list)
+    cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
+    machine_cores: float | None = None  # emulated hosts: cores of the machine they share
 
     @property
     def instance_types(self) -> list[str]:
-        return sorted({r.instance_type for r in self.runs})
+        """Types with runs of their own (a mixed run does not profile any one type)."""
+        return sorted({r.instance_type for r in self.runs if not r.mixed})
 
     def restricted(self, keep: Callable[[Run], bool], forget_size: bool = False) -> "JobProfile":
         """The same job seeing only the runs ``keep`` accepts (for held-out validation)."""
@@ -136,20 +154,26 @@ class JobProfile:
         return out
 
     def compute_curve(self, instance_type: str) -> ComputeCurve | None:
-        runs = [r for r in self.runs if r.instance_type == instance_type]
+        runs = [r for r in self.runs if r.instance_type == instance_type and not r.mixed]
         if not runs:
             return None
         smallest = min(r.world_size for r in runs)
-        pts = [(r.local_batch_size, r.step_ms - (r.sync_ms or 0.0)) for r in runs
+        pts = [(r.local_batch_size, r.step_ms - (r.sync_ms or 0.0) - (r.post_ms or 0.0)) for r in runs
                if r.world_size == smallest and (smallest == 1 or r.sync_ms is not None)]
         if not pts:  # multi-worker runs without sync times: their step time bounds compute from above
             pts = [(r.local_batch_size, r.step_ms) for r in runs if r.world_size == smallest]
         return ComputeCurve.from_points(pts)
 
+    def post_curve(self, instance_type: str) -> ComputeCurve | None:
+        """Optimizer + other time per step on ``instance_type`` (single-worker runs that split it)."""
+        pts = [(r.local_batch_size, r.post_ms) for r in self.runs
+               if r.instance_type == instance_type and not r.mixed and r.world_size == 1 and r.post_ms is not None]
+        return ComputeCurve.from_points(pts) if pts else None
+
     def measured(self, instance_type: str, workers_per_node: Sequence[int], local_batch_size: int) -> float | None:
         """Median measured step time of exactly this placement and batch (placement order ignored)."""
         key = sorted(workers_per_node)
-        times = sorted(r.step_ms for r in self.runs if r.instance_type == instance_type
+        times = sorted(r.step_ms for r in self.runs if r.instance_type == instance_type and not r.mixed
                        and r.local_batch_size == local_batch_size and sorted(r.workers_per_node) == key)
         return times[len(times) // 2] if times else None
 
@@ -168,6 +192,9 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         raise SriftyError(f"The profiles given describe several models ({', '.join(models)}).",
                           "Give the profiles of one model (one file, or a directory holding one model's profiles).")
     job = JobProfile(model=models[0], runs=[])
+    # single-worker profiles first: their split of forward/backward and bucket ready times are
+    # compute alone, not compute slowed by overlapping communication
+    training = sorted(training, key=lambda p: int((p.doc.get("cluster") or {}).get("world_size") or 1))
     for p in training:
         doc = p.doc
         j = doc.get("job") or {}
@@ -177,6 +204,16 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.sources.append(p.path or "(profile)")
         cl = doc["cluster"]
         itype = cl["instance_types"][0]
+        config = cl.get("config") if len(set(cl["instance_types"])) > 1 else None
+        if config is None and len(set(cl["instance_types"])) > 1:  # older profiles: rebuild it from the hosts
+            config = "+".join(f"1x{h['instance_type']}" for h in cl.get("hosts") or [])
+        for h in cl.get("hosts") or []:
+            f = (h.get("spec") or {}).get("cpu_factor")
+            if f and h.get("instance_type"):
+                job.cpu_factors.setdefault(h["instance_type"], float(f))
+            spec = h.get("spec") or {}
+            if spec.get("emulated") and (spec.get("usable_cpus") or spec.get("logical_cpus")):
+                job.machine_cores = job.machine_cores or float(spec.get("usable_cpus") or spec["logical_cpus"])
         if doc.get("runs"):
             for r in doc["runs"]:
                 job.runs.append(Run(itype, tuple(r["workers_per_node"]), int(r["local_batch_size"]),
@@ -187,9 +224,14 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             continue
         it_ms = float(s["iteration_ms"]["median"])
         exposed = float((s.get("exposed_comm_ms") or {}).get("median") or 0.0)
-        job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms, exposed))
         fwd = float((s.get("forward_ms") or {}).get("median") or 0.0)
         bwd = float((s.get("backward_compute_ms") or {}).get("median") or 0.0)
+        post = None
+        if fwd + bwd > 0 and s.get("optimizer_ms"):
+            post = float(s["optimizer_ms"]["median"]) + float((s.get("other_ms") or {}).get("median") or 0.0)
+            post = min(post, max(it_ms - exposed - fwd - bwd, 0.0)) if it_ms > fwd + bwd else None
+        job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms, exposed,
+                            post, config))
         if fwd + bwd > 0 and job.backward_fraction is None:
             job.backward_fraction = bwd / (fwd + bwd)
         buckets = [b for b in (s.get("buckets") or []) if b.get("bytes")]
@@ -198,7 +240,8 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             job.bucket_bytes = [float(b["bytes"]) for b in buckets]
             readies = [b.get("ready_ms") for b in buckets]
             if all(r is not None for r in readies) and fwd + bwd > 0:
-                job.ready_fractions = [min(max((r - fwd) / max(bwd, 1e-9), 0.0), 1.0) for r in readies]
+                # ready_ms counts from the start of backward (docs/profile-format.md)
+                job.ready_fractions = [min(max(r / max(bwd, 1e-9), 0.0), 1.0) for r in readies]
             if not job.grad_bytes:
                 job.grad_bytes = int(sum(job.bucket_bytes))
     if not job.runs:
@@ -214,15 +257,74 @@ def load_job(path: str | Path) -> JobProfile:
     return job_from_profiles(profile_mod.load_many([str(path)]))
 
 
-def load_corpus(paths: Sequence[str | Path]) -> list[JobProfile]:
-    """Training profiles under ``paths`` grouped by model (collectives profiles are skipped)."""
+def _profile_files(paths: Sequence[str | Path]) -> list[Any]:
+    """Profiles under ``paths``; other JSON files in a corpus directory (calibration.json,
+    anything without a ``schema_version``) are skipped, a broken profile still fails loudly."""
+    import json
+
     from srifty import profile as profile_mod
 
+    out = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            out.extend(profile_mod.load_many([str(p)]))
+            continue
+        for f in sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")):
+            try:
+                head = json.loads(f.read_text())
+            except (OSError, ValueError):
+                head = {"schema_version": None}  # let the profile loader say what is wrong
+            if isinstance(head, dict) and "schema_version" in head:
+                out.append(profile_mod.load(f))
+    return out
+
+
+def load_corpus(paths: Sequence[str | Path]) -> list[JobProfile]:
+    """Training profiles under ``paths`` grouped by model (collectives profiles are skipped)."""
     by_model: dict[str, list[Any]] = {}
-    for p in profile_mod.load_many([str(x) for x in paths]):
+    for p in _profile_files(paths):
         if p.kind == "training":
             by_model.setdefault(p.model, []).append(p)
-    return [job_from_profiles(ps) for _, ps in sorted(by_model.items())]
+    jobs = [job_from_profiles(ps) for _, ps in sorted(by_model.items())]
+    # A CPU factor is a property of the host type (measured by calibration), not of a job: every
+    # job may use the factors any profile in the corpus recorded, e.g. for a type it never ran on.
+    shared: dict[str, float] = {}
+    for j in jobs:
+        for t, f in j.cpu_factors.items():
+            shared.setdefault(t, f)
+    for j in jobs:
+        j.cpu_factors = {**shared, **j.cpu_factors}
+    return jobs
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One allreduce measurement across emulated hosts: bytes, world, configured bottleneck rate."""
+
+    config: str
+    nbytes: float
+    world: int
+    bottleneck_mbit: float
+    ms: float
+
+
+def load_collectives(paths: Sequence[str | Path]) -> list[CollectivePoint]:
+    """Allreduce sweeps across emulated hosts (``cluster.launcher == 'emulated'``, 2+ nodes)."""
+    out = []
+    for p in _profile_files(paths):
+        if p.kind != "collectives":
+            continue
+        cl = p.doc.get("cluster") or {}
+        rates = [(h.get("spec") or {}).get("bandwidth_mbit") for h in cl.get("hosts") or []]
+        if cl.get("launcher") != "emulated" or not rates or not all(rates):
+            continue
+        config = cl.get("config") or "+".join(f"1x{h.get('instance_type')}" for h in cl.get("hosts") or [])
+        for c in p.doc.get("collectives") or []:
+            if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms"):
+                out.append(CollectivePoint(config, float(c["bytes"]), int(c["world_size"]), float(min(rates)),
+                                           float(c["median_ms"])))
+    return out
 
 
 # --------------------------------------------------------------------------- hardware
@@ -238,6 +340,7 @@ class Hardware:
     mem_gbytes_per_s: float | None
     cpu_share: float | None
     notes: tuple[str, ...] = ()
+    emulated: bool = False
 
     @property
     def speed(self) -> float | None:
@@ -263,9 +366,9 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
     notes = []
     if it.emulation is not None:
         e = it.emulation
-        lat = max(e.latency_ms * 1e3, INTER_LATENCY_US)
+        # the configured tbf rate; LinkScale turns it into goodput (TBF_GOODPUT, or the collectives' fit)
         return Hardware(it.name, it.workers_per_node, Link(EMULATED_INTRA_GBYTES_PER_S, INTRA_LATENCY_US),
-                        Link(e.bandwidth_mbit / 8000.0, lat), None, None, e.cpu_share)
+                        Link(e.bandwidth_mbit / 8000.0, e.latency_ms * 1e3), None, None, e.cpu_share, emulated=True)
     intra_bw, note = _intra_bandwidth(it.intra_node_link, it.intra_node_bandwidth_gbytes_per_s)
     if note:
         notes.append(note)
@@ -287,8 +390,16 @@ class LinkScale:
     inter_efficiency: float = 1.0
     intra_efficiency: float = 1.0
     latency_factor: float = 1.0
+    # Emulated hosts (tc tbf links) are not scaled by the fitted efficiencies above (those are
+    # fitted on real clusters): their goodput is the tbf framing prior or a fit on the
+    # allreduce sweeps (srifty.model.fit_emulated_links), with a per-step latency in µs.
+    emulated_goodput: float = TBF_GOODPUT
+    emulated_latency_us: float = INTER_LATENCY_US
 
     def apply(self, hw: Hardware) -> Hardware:
+        if hw.emulated:
+            return replace(hw, inter=Link(hw.inter.gbytes_per_s * self.emulated_goodput,
+                                          max(hw.inter.latency_us, self.emulated_latency_us)))
         return replace(hw, intra=Link(hw.intra.gbytes_per_s * self.intra_efficiency, hw.intra.latency_us * self.latency_factor),
                        inter=Link(hw.inter.gbytes_per_s * self.inter_efficiency, hw.inter.latency_us * self.latency_factor))
 
@@ -346,31 +457,70 @@ class FeatureBuilder:
             return est[len(est) // 2], True
         return None, True
 
+    def _speeds(self, a: str, b: str) -> tuple[float, float] | None:
+        """Relative compute speeds of types ``a`` and ``b`` on one basis: the measured CPU factors
+        of emulated types when both have one (speed = 1/factor), else the hardware figures."""
+        fa, fb = self.job.cpu_factors.get(a), self.job.cpu_factors.get(b)
+        if fa and fb:
+            return 1.0 / fa, 1.0 / fb
+        sa, sb = self.hardware(a).speed, self.hardware(b).speed
+        if sa is None or sb is None:
+            return None
+        return sa, sb
+
+    def _transfer(self, instance_type: str, batch: float, curve_of: Callable[[str], ComputeCurve | None]
+                  ) -> tuple[float, str] | None:
+        best = None
+        for src in self.job.instance_types:
+            sc = curve_of(src)
+            sp = self._speeds(src, instance_type)
+            if sc is None or sp is None:
+                continue
+            cand = (abs(math.log(sp[0] / sp[1])), src, sc.at(batch) * sp[0] / sp[1])
+            best = min(best, cand) if best else cand
+        return (best[2], best[1]) if best else None
+
     def compute_ms(self, instance_type: str, batch: float) -> tuple[float, bool, str | None]:
-        """Per-worker compute at ``batch`` on ``instance_type`` and whether it was transferred."""
+        """Per-worker compute at ``batch`` on ``instance_type`` and whether it was transferred.
+
+        A type with a measured (single-worker) profile uses it; only a type never profiled is
+        transferred from the nearest profiled one by the speed ratio (see :meth:`_speeds`).
+        """
         c = self.curve(instance_type)
         if c is not None:
             return c.at(batch), False, None
-        target = self.hardware(instance_type)
-        best = None
-        for src in self.job.instance_types:
-            sc = self.curve(src)
-            hw = self.hardware(src)
-            if sc is None or hw.speed is None or target.speed is None:
-                continue
-            cand = (abs(math.log(hw.speed / target.speed)), src, sc.at(batch) * hw.speed / target.speed)
-            best = min(best, cand) if best else cand
-        if best is None:
+        got = self._transfer(instance_type, batch, self.curve)
+        if got is None:
             raise SriftyError(
                 f"Cannot transfer {self.job.model}'s compute time to {instance_type}: no spec figures to compare "
                 f"it with {', '.join(self.job.instance_types)}.",
                 f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
-        return best[2], True, f"compute on {instance_type} transferred from {best[1]} by GPU/CPU spec ratio"
+        basis = "measured CPU factor" if self.job.cpu_factors.get(instance_type) else "GPU/CPU spec"
+        return got[0], True, f"compute on {instance_type} transferred from {got[1]} by {basis} ratio"
+
+    def post_ms(self, instance_type: str, batch: float) -> float:
+        """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""
+        c = self.post_ms_curve(instance_type)
+        if c is not None:
+            return c.at(batch)
+        got = self._transfer(instance_type, batch, self.post_ms_curve)
+        return got[0] if got else 0.0
+
+    def post_ms_curve(self, instance_type: str) -> ComputeCurve | None:
+        key = "post:" + instance_type
+        if key not in self._curves:
+            self._curves[key] = self.job.post_curve(instance_type)
+        return self._curves[key]
 
     def estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
-        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker."""
+        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker.
+
+        Synchronous data parallelism runs at the pace of the slowest worker: its forward and
+        backward set when buckets become ready (a faster worker waits inside its allreduce),
+        and its optimizer/other time follows the last allreduce.
+        """
         wpn_all: list[int] = []
-        computes, transferred, notes = [], False, []
+        cycles, transferred, notes = [], False, []
         hws = []
         for g in config.groups:
             hw = self.hardware(g.instance_type)
@@ -378,11 +528,12 @@ class FeatureBuilder:
             wpn = g.workers_per_node or hw.slots
             wpn_all.extend([wpn] * g.count)
             c, t, note = self.compute_ms(g.instance_type, local_batch_size)
-            computes.append(c)
+            cycles.append((c + self.post_ms(g.instance_type, local_batch_size), c))
             transferred |= t
             if note and note not in notes:
                 notes.append(note)
-        compute = max(computes)  # synchronous data parallelism waits for the slowest worker
+        step_alone, compute = max(cycles)  # the slowest worker
+        post = step_alone - compute
         intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         gb = self.grad_bytes
@@ -392,11 +543,13 @@ class FeatureBuilder:
                 buckets = simulate.bucket_layout(gb)
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
             sim = simulate.simulate_iteration(compute, buckets, wpn_all, intra, inter,
-                                              self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs)
+                                              self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
+                                              optimizer_ms=post)
         else:
-            sim = simulate.SimResult(compute, compute, float("nan"), float("nan"))
+            sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             notes.append("gradient size unknown: communication not simulated")
         slow = min(hws, key=lambda h: h.speed or float("inf"))
+        compute = step_alone  # features and baselines read the slowest worker's whole step alone
         feats = {
             "log_sim_ms": math.log(sim.iteration_ms),
             "log_compute_ms": math.log(compute),
@@ -418,6 +571,9 @@ class FeatureBuilder:
             "gpu_fp32_tflops": slow.fp32_tflops if slow.fp32_tflops else float("nan"),
             "gpu_mem_gbytes_per_s": slow.mem_gbytes_per_s if slow.mem_gbytes_per_s else float("nan"),
             "transferred": float(transferred),
+            "emulated": float(all(h.emulated for h in hws)),  # selects the residual model's regime
+            "cpu_load": (sum(h.cpu_share * g.count for h, g in zip(hws, config.groups)) / self.job.machine_cores
+                         if all(h.emulated and h.cpu_share for h in hws) and self.job.machine_cores else float("nan")),
         }
         for h in hws:
             notes.extend(n for n in h.notes if n not in notes)
@@ -439,7 +595,21 @@ class FeatureBuilder:
 
 
 def run_config(run: Run) -> ClusterConfig:
-    return from_placement(run.instance_type, run.workers_per_node)
+    """The run's configuration with its workers per node (mixed runs keep every host's type)."""
+    if not run.mixed:
+        return from_placement(run.instance_type, run.workers_per_node)
+    from srifty.configspec import NodeGroup, parse_config
+
+    types = [g.instance_type for g in parse_config(run.config or "").groups for _ in range(g.count)]
+    if len(types) != len(run.workers_per_node):
+        raise SriftyError(f"Run configuration {run.config} does not match its {len(run.workers_per_node)} node(s).")
+    groups: list[NodeGroup] = []
+    for t, w in zip(types, run.workers_per_node):
+        if groups and groups[-1].instance_type == t and groups[-1].workers_per_node == w:
+            groups[-1] = NodeGroup(groups[-1].count + 1, t, w)
+        else:
+            groups.append(NodeGroup(1, t, int(w)))
+    return ClusterConfig(tuple(groups))
 
 
 @lru_cache(maxsize=8)

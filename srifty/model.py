@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from srifty import __version__
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
-from srifty.features import FEATURES, RESIDUAL_FEATURES, FeatureBuilder, JobProfile, LinkScale, Run, run_config
+from srifty.features import (FEATURES, INTER_LATENCY_US, REGIME_FEATURES, RESIDUAL_FEATURES, TBF_GOODPUT,
+                             CollectivePoint,
+                             FeatureBuilder, JobProfile, LinkScale, Run, hardware_of, run_config)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -83,9 +85,39 @@ def table_for(jobs: Sequence[JobProfile], catalog: "Catalog", link_scale: LinkSc
 # --------------------------------------------------------------------------- communication model
 
 
+MIN_SWEEP_BYTES = 256 * 1024  # below this, allreduces on CPU-throttled emulated hosts are mostly scheduler noise
+
+
+def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float, int]:
+    """(goodput, per-step latency µs, points used) of ring allreduce across emulated hosts.
+
+    Fits t = 2(p−1)/p · S/(g·B) + 2(p−1)·α to the allreduce sweeps (messages of at least
+    MIN_SWEEP_BYTES) by least squares on relative error, B being the configured rate of the
+    slowest host's link. Without sweeps: the tbf framing prior (TBF_GOODPUT) and
+    INTER_LATENCY_US.
+    """
+    import numpy as np
+
+    pts = [p for p in points if p.nbytes >= MIN_SWEEP_BYTES and p.world >= 2 and p.ms > 0]
+    if len(pts) < 4:
+        return TBF_GOODPUT, INTER_LATENCY_US, 0
+    t = np.array([p.ms for p in pts])
+    x1 = np.array([2 * (p.world - 1) / p.world * p.nbytes * 8 / (p.bottleneck_mbit * 1e6) * 1e3 for p in pts])
+    x2 = np.array([2.0 * (p.world - 1) for p in pts])
+    A = np.stack([x1, x2], axis=1) / t[:, None]
+    (inv_g, alpha_ms), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    if alpha_ms < 0:  # latency not resolvable: bandwidth alone
+        alpha_ms = 0.0
+        inv_g = float(np.sum(x1 / t) / np.sum((x1 / t) ** 2))
+    goodput = float(min(max(1.0 / inv_g, 0.2), 1.0)) if inv_g > 0 else TBF_GOODPUT
+    return goodput, float(max(alpha_ms * 1e3, 1.0)), len(pts)
+
+
 @dataclass
 class CommModel:
-    """Achieved link efficiency fitted on measured runs (see module docstring)."""
+    """Achieved link efficiency: fitted on measured multi-worker runs of real clusters (a grid
+    search minimising the simulator's median absolute log error), and for emulated hosts
+    from the allreduce sweeps (:func:`fit_emulated_links`) — never from the training runs."""
 
     inter_grid: tuple[float, ...] = tuple(round(10 ** (-2.5 + 0.25 * i), 5) for i in range(11))
     intra_grid: tuple[float, ...] = (0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
@@ -94,14 +126,25 @@ class CommModel:
     link_scale_: LinkScale | None = None
     score_: float | None = None
     n_rows_: int = 0
+    n_sweep_points_: int = 0
 
-    def fit(self, jobs: Sequence[JobProfile], catalog: "Catalog") -> "CommModel":
+    def fit(self, jobs: Sequence[JobProfile], catalog: "Catalog",
+            collectives: Sequence[CollectivePoint] = ()) -> "CommModel":
         import numpy as np
 
+        goodput, lat_us, self.n_sweep_points_ = fit_emulated_links(collectives)
+        emu = {"emulated_goodput": goodput, "emulated_latency_us": lat_us}
+        emulated_types: dict[str, bool] = {}
+
+        def is_emulated(r: Run) -> bool:
+            if r.instance_type not in emulated_types:
+                emulated_types[r.instance_type] = hardware_of(catalog, r.instance_type).emulated
+            return emulated_types[r.instance_type]
+
         known = [j for j in jobs if j.grad_bytes or j.param_count]
-        pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2]
+        pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2 and not is_emulated(r)]
         if not pairs:
-            self.link_scale_, self.score_, self.n_rows_ = LinkScale(), None, 0
+            self.link_scale_, self.score_, self.n_rows_ = LinkScale(**emu), None, 0
             return self
         rng = np.random.default_rng(0)
         if len(pairs) > self.max_rows:
@@ -118,7 +161,8 @@ class CommModel:
                     err = float(np.median(np.abs(np.log(sim / y))))
                     if best is None or err < best[0]:
                         best = (err, scale)
-        self.score_, self.link_scale_ = best
+        self.score_, scale = best
+        self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu)
         self.n_rows_ = len(pairs)
         return self
 
@@ -126,11 +170,33 @@ class CommModel:
 # --------------------------------------------------------------------------- the estimator
 
 
+MIN_RESIDUAL_ROWS = 10  # fewer rows of a regime than this: no residual model for it (the simulator alone)
+NO_RESIDUAL_HALF_WIDTH = 0.15  # log-space interval half-width without a residual model (about ±15%)
+REGIMES = ("real", "emulated")
+
+
+@dataclass
+class ResidualPart:
+    """The residual model of one regime: centre and quantile estimators, and the feature range seen."""
+
+    model: Any
+    lower: Any
+    upper: Any
+    feature_min: "np.ndarray"
+    feature_max: "np.ndarray"
+    n_rows: int
+
+
 class LatencyModel:
     """Iteration time = simulator × exp(learned residual); quantile models give an interval.
 
     ``fit(X, y)``: X is a feature table from :class:`srifty.features.FeatureBuilder` (the
     FEATURES columns plus ``sim_ms``), y the measured iteration times in ms.
+
+    Real clusters and emulated hosts are separate regimes (the ``emulated`` column): each gets
+    its own residual model, fitted on its own rows only, because what the simulator misses on
+    GPUs over EC2 networks says nothing about CPU-throttled hosts over shaped links. A regime
+    with fewer than MIN_RESIDUAL_ROWS rows gets none: its prediction is the simulator's.
     """
 
     def __init__(self, max_iter: int = 200, learning_rate: float = 0.05, max_leaf_nodes: int = 15,
@@ -164,8 +230,21 @@ class LatencyModel:
             self._check_fitted()
         return np.asarray(X[RESIDUAL_FEATURES], dtype=float)
 
+    @staticmethod
+    def _A(X: "pd.DataFrame", name: str, mask: "np.ndarray") -> "np.ndarray":
+        import numpy as np
+
+        return np.asarray(X.loc[mask, REGIME_FEATURES[name]] if mask is not None else X[REGIME_FEATURES[name]],
+                          dtype=float)
+
+    @staticmethod
+    def _regime(X: "pd.DataFrame") -> "np.ndarray":
+        import numpy as np
+
+        return np.where(np.asarray(X["emulated"], dtype=float) > 0.5, 1, 0)
+
     def _check_fitted(self) -> None:
-        if not hasattr(self, "model_"):
+        if not hasattr(self, "parts_"):
             raise ModelError("This LatencyModel is not fitted yet.", "Call fit(X, y) first (or `srifty fit`).")
 
     def fit(self, X: "pd.DataFrame", y: Sequence[float]) -> "LatencyModel":
@@ -175,48 +254,89 @@ class LatencyModel:
         y = np.asarray(y, dtype=float)
         if len(y) != len(A):
             raise ModelError(f"X has {len(A)} rows but y has {len(y)}.")
-        if len(y) < 10:
-            raise ModelError(f"Too few measured multi-worker runs to fit on ({len(y)}; at least 10 needed).",
+        if len(y) < MIN_RESIDUAL_ROWS:
+            raise ModelError(f"Too few measured multi-worker runs to fit on ({len(y)}; at least "
+                             f"{MIN_RESIDUAL_ROWS} needed).",
                              "Add profiles with several workers (srifty import, or srifty profile on a cluster).")
         if np.any(~np.isfinite(y)) or np.any(y <= 0):
             raise ModelError("y must hold positive, finite iteration times (ms).")
         r = np.log(y / np.asarray(X["sim_ms"], dtype=float))
+        reg = self._regime(X)
         self.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
         self.n_features_in_ = len(RESIDUAL_FEATURES)
-        self.model_ = self._hgb().fit(A, r)
-        self.lower_ = self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(A, r)
-        self.upper_ = self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(A, r)
-        finite = np.where(np.isfinite(A), A, np.nan)
-        self.feature_min_ = np.nanmin(finite, axis=0)
-        self.feature_max_ = np.nanmax(finite, axis=0)
+        self.parts_: dict[str, ResidualPart | None] = {}
+        for i, name in enumerate(REGIMES):
+            m = reg == i
+            if not m.any():
+                continue
+            if m.sum() < MIN_RESIDUAL_ROWS:
+                self.parts_[name] = None
+                continue
+            Ai, ri = self._A(X, name, m), r[m]
+            finite = np.where(np.isfinite(Ai), Ai, np.nan)
+            with np.errstate(all="ignore"):
+                fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
+            n = int(m.sum())
+            self.parts_[name] = ResidualPart(
+                self._hgb().fit(Ai, ri), self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(Ai, ri),
+                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, ri), fmin, fmax, n)
         self.n_rows_ = len(y)
         return self
+
+    def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
+        """(regime, row mask, its part) for the regimes present in X."""
+        reg = self._regime(X)
+        return [(name, reg == i, self.parts_.get(name)) for i, name in enumerate(REGIMES) if (reg == i).any()]
+
+    def residual(self, X: "pd.DataFrame") -> "np.ndarray":
+        """Predicted log(measured / simulated) per row (0 where the regime has no residual model)."""
+        import numpy as np
+
+        A = self._check_X(X)
+        out = np.zeros(len(A))
+        for name, m, part in self._each(X):
+            if part is not None:
+                out[m] = part.model.predict(self._A(X, name, m))
+        return out
 
     def predict(self, X: "pd.DataFrame") -> "np.ndarray":
         """Predicted iteration time (ms) for every row of X."""
         import numpy as np
 
-        A = self._check_X(X)
-        return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.model_.predict(A))
+        return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.residual(X))
 
     def out_of_range(self, X: "pd.DataFrame") -> list[list[str]]:
-        """For each row, the features outside the range seen in training."""
+        """For each row, the features outside the range its regime saw in training."""
         import numpy as np
 
         A = self._check_X(X)
-        with np.errstate(invalid="ignore"):
-            low = (A < self.feature_min_ - 1e-9) & np.isfinite(A)
-            high = (A > self.feature_max_ + 1e-9) & np.isfinite(A)
-        return [[RESIDUAL_FEATURES[j] for j in np.nonzero(low[i] | high[i])[0]] for i in range(len(A))]
+        out: list[list[str]] = [[] for _ in range(len(A))]
+        for name, m, part in self._each(X):
+            idx = np.nonzero(m)[0]
+            if part is None:
+                for i in idx:
+                    out[i] = [f"regime '{name}' (too few training runs for a residual model)"]
+                continue
+            Am = self._A(X, name, m)
+            with np.errstate(invalid="ignore"):
+                low = (Am < part.feature_min - 1e-9) & np.isfinite(Am)
+                high = (Am > part.feature_max + 1e-9) & np.isfinite(Am)
+            for k, i in enumerate(idx):
+                out[i] = [REGIME_FEATURES[name][j] for j in np.nonzero(low[k] | high[k])[0]]
+        return out
 
     def predict_interval(self, X: "pd.DataFrame") -> tuple["np.ndarray", "np.ndarray"]:
         """(low, high) ms: the quantile models, widened outside the training range."""
         import numpy as np
 
         A = self._check_X(X)
-        center = self.model_.predict(A)
-        lo = np.minimum(self.lower_.predict(A), center)
-        hi = np.maximum(self.upper_.predict(A), center)
+        center = self.residual(X)
+        lo, hi = center - NO_RESIDUAL_HALF_WIDTH, center + NO_RESIDUAL_HALF_WIDTH
+        for name, m, part in self._each(X):
+            if part is not None:
+                Am = self._A(X, name, m)
+                lo[m] = np.minimum(part.lower.predict(Am), center[m])
+                hi[m] = np.maximum(part.upper.predict(Am), center[m])
         outside = np.array([bool(x) for x in self.out_of_range(X)])
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
@@ -280,18 +400,20 @@ class Predictor:
 
     @classmethod
     def train(cls, jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
-              cv_score: dict[str, Any] | None = None) -> "Predictor":
+              cv_score: dict[str, Any] | None = None, collectives: Sequence[CollectivePoint] = ()) -> "Predictor":
         if not jobs:
             raise ModelError("The training corpus holds no training profiles.",
                              "Give profile files or directories (e.g. profiles/pollux), or import a trace first.")
-        comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog)
+        comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog, collectives)
         table = table_for(jobs, catalog, comm.link_scale_)
         latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms)
         meta = {
             "data_sha256": corpus_hash(jobs), "models": [j.model for j in jobs],
             "instance_types": sorted({t for j in jobs for t in j.instance_types}),
             "rows": len(table.y_ms), "max_nodes": int(table.X["nodes"].max()),
+            "residual_rows": {k: (v.n_rows if v is not None else 0) for k, v in latency.parts_.items()},
             "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
+            "sweep_points": comm.n_sweep_points_,
             "link_scale": asdict(comm.link_scale_), "code_version": __version__, "libraries": library_versions(),
             "cv": cv_score or {},
         }
@@ -362,21 +484,60 @@ class Predictor:
 TRUSTED_PREFIXES = ("sklearn.", "numpy.", "builtins.", "collections.")
 
 
+class _NoTorch:
+    """A meta-path finder that refuses to import torch (see :func:`_skops_io`)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"{name} is not imported while skops loads (srifty.model._skops_io)")
+        return None
+
+
+def _skops_io() -> Any:
+    """``skops.io``, imported without importing torch.
+
+    skops builds its trusted-type list with ``sklearn.utils.all_estimators()``, whose
+    ``pkgutil.walk_packages`` imports every sklearn package on the way, including
+    ``sklearn.externals.array_api_compat.torch``, which imports torch (5–10 s). No srifty model
+    holds a torch type, so while skops is first imported a meta-path finder refuses torch
+    (walk_packages skips packages that fail to import) and is removed straight after. If torch
+    is already loaded nothing is changed; a later ``import torch`` works as usual.
+    """
+    import sys
+
+    if "skops.io" in sys.modules or "torch" in sys.modules:
+        import skops.io as sio
+
+        return sio
+    guard = _NoTorch()
+    sys.meta_path.insert(0, guard)
+    try:
+        import skops.io as sio
+    finally:
+        sys.meta_path.remove(guard)
+        for name in [n for n in sys.modules if n.startswith("sklearn.externals.array_api_compat.torch")]:
+            del sys.modules[name]  # a half-imported package: let a later import start afresh
+    return sio
+
+
 def save(predictor: Predictor, path: str | Path) -> None:
     """Write the predictor with skops (no pickle): estimators plus JSON metadata."""
-    import skops.io as sio
+    sio = _skops_io()
 
     lm = predictor.latency
-    state = {
-        "format": "srifty-latency-model", "version": 1,
+    state: dict[str, Any] = {
+        "format": "srifty-latency-model", "version": 2,
         "meta_json": json.dumps({**predictor.meta, "link_scale": asdict(predictor.link_scale),
                                  "params": {k: getattr(lm, k) for k in ("max_iter", "learning_rate", "max_leaf_nodes",
                                                                         "min_samples_leaf", "l2_regularization",
                                                                         "random_state")},
-                                 "quantiles": list(lm.quantiles), "n_rows": lm.n_rows_}),
-        "model": lm.model_, "lower": lm.lower_, "upper": lm.upper_,
-        "feature_min": lm.feature_min_, "feature_max": lm.feature_max_,
+                                 "quantiles": list(lm.quantiles), "n_rows": lm.n_rows_,
+                                 "regimes": {k: (v.n_rows if v is not None else None) for k, v in lm.parts_.items()}}),
     }
+    for name, part in lm.parts_.items():
+        if part is not None:
+            state.update({f"{name}_model": part.model, f"{name}_lower": part.lower, f"{name}_upper": part.upper,
+                          f"{name}_feature_min": part.feature_min, f"{name}_feature_max": part.feature_max})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     sio.dump(state, str(path))
 
@@ -384,8 +545,8 @@ def save(predictor: Predictor, path: str | Path) -> None:
 def load(path: str | Path) -> Predictor:
     """Load a predictor written by :func:`save`, trusting only scikit-learn and numpy types."""
     import numpy as np
-    import skops.io as sio
 
+    sio = _skops_io()
     p = Path(path)
     if not p.exists():
         raise ModelError(f"{p}: no such model file.", "Write one with `srifty fit --out MODEL`.")
@@ -404,8 +565,14 @@ def load(path: str | Path) -> Predictor:
     meta = json.loads(state["meta_json"])
     params = meta.pop("params")
     lm = LatencyModel(quantiles=tuple(meta.pop("quantiles")), **params)
-    lm.model_, lm.lower_, lm.upper_ = state["model"], state["lower"], state["upper"]
-    lm.feature_min_, lm.feature_max_ = np.asarray(state["feature_min"]), np.asarray(state["feature_max"])
+    if state.get("version") != 2:
+        raise ModelError(f"{p} was written by an older srifty (model format {state.get('version')}).",
+                         "Refit it with `srifty fit --out MODEL`.")
+    lm.parts_ = {}
+    for name, n_rows in meta.pop("regimes").items():
+        lm.parts_[name] = None if n_rows is None else ResidualPart(
+            state[f"{name}_model"], state[f"{name}_lower"], state[f"{name}_upper"],
+            np.asarray(state[f"{name}_feature_min"]), np.asarray(state[f"{name}_feature_max"]), int(n_rows))
     lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
     lm.n_features_in_ = len(RESIDUAL_FEATURES)
     lm.n_rows_ = meta.pop("n_rows")
@@ -464,11 +631,11 @@ class CombinedCatalog:
 
 @lru_cache(maxsize=4)
 def _default_predictor_cached(paths: tuple[str, ...], quick: bool) -> tuple[Predictor, Any]:
-    from srifty.features import load_corpus
+    from srifty.features import load_collectives, load_corpus
 
     jobs = load_corpus(list(paths))
     cat = catalog_for_jobs(jobs)
-    return Predictor.train(jobs, cat, quick=quick), cat
+    return Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(list(paths))), cat
 
 
 def default_predictor(paths: Sequence[str] = (), quick: bool = False) -> Predictor:

@@ -8,7 +8,16 @@ Splits (on whatever corpora exist):
   instance), as a user profiling on a single VM would have; tested on its multi-node runs.
 - ``nodes>4``: extrapolation in scale: trained on every model's runs with at most 4 nodes,
   tested on runs with more.
-- ``loio``: leave one instance type out, where the corpus has several (e.g. profiles/emulated).
+- ``loio``: leave one instance type out, where the corpus has several (e.g. profiles/emulated):
+  the held-out type's compute is transferred from the other types (measured CPU factor or
+  spec ratio), and its runs are tested.
+- ``loco``: leave one configuration out (emulated corpus): each multi-host configuration in
+  turn (every model's runs on it) is predicted from each model's single-host profiles and
+  the allreduce sweeps of the *other* configurations; the residual model trains on the other
+  configurations' runs.
+
+Several corpora (e.g. profiles/pollux and profiles/emulated) are validated separately
+(their models never mix in a fold), and each split is named ``<corpus>/<split>``.
 
 Baselines on the same rows: the analytical simulator with catalog link figures
 (``simulator``), linear scaling of single-worker throughput (``linear``), and a
@@ -24,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from srifty.features import JobProfile, Run
-from srifty.model import CommModel, LatencyModel, table_for
+from srifty.features import CollectivePoint, JobProfile, Run, run_config
+from srifty.model import MIN_RESIDUAL_ROWS, CommModel, LatencyModel, table_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -102,20 +111,25 @@ def fit_pollux(compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray", 
 
 def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs: Sequence[JobProfile],
              views: dict[str, JobProfile], test_keep: Callable[[JobProfile, Run], bool],
-             train_keep: Callable[[JobProfile, Run], bool] | None, catalog: "Catalog", quick: bool) -> SplitResult | None:
+             train_keep: Callable[[JobProfile, Run], bool] | None, catalog: "Catalog", quick: bool,
+             collectives: Sequence[CollectivePoint] = ()) -> SplitResult | None:
     import numpy as np
 
     train_views = {j.model: j.restricted(lambda r, j=j: train_keep(j, r)) for j in train_jobs} if train_keep else {}
     fit_jobs = [train_views.get(j.model, j) for j in train_jobs]
     comm = CommModel(max_rows=200 if quick else 300,
                      inter_grid=(0.01, 0.03, 0.1, 0.18, 0.32, 0.56, 1.0),
-                     intra_grid=(0.05, 0.2, 0.5, 1.0)).fit(fit_jobs, catalog)
+                     intra_grid=(0.05, 0.2, 0.5, 1.0)).fit(fit_jobs, catalog, collectives)
     tr = table_for(fit_jobs, catalog, comm.link_scale_)
     te = table_for(test_jobs, catalog, comm.link_scale_, keep=test_keep, views=views)
-    if len(te.y_ms) == 0 or len(tr.y_ms) < 10:
+    if len(te.y_ms) == 0 or len(tr.y_ms) < 3:
         return None
-    lm = LatencyModel(max_iter=120 if quick else 200).fit(tr.X, tr.y_ms)
-    raw = table_for(test_jobs, catalog, None, keep=test_keep, views=views)  # catalog links, uncalibrated
+    if len(tr.y_ms) >= MIN_RESIDUAL_ROWS:
+        model_pred = LatencyModel(max_iter=120 if quick else 200).fit(tr.X, tr.y_ms).predict(te.X)
+    else:  # too few training runs for a residual model: the calibrated simulator (as Predictor does)
+        model_pred = te.X["sim_ms"].to_numpy(dtype=float)
+    # catalog links, uncalibrated (emulated links: the tbf framing prior, no sweep fit)
+    raw = table_for(test_jobs, catalog, None, keep=test_keep, views=views)
     y = te.y_ms
     ref_gb = np.nanmean(np.exp(tr.X["log_grad_mb"].to_numpy(dtype=float)))
 
@@ -126,7 +140,7 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     params = fit_pollux(tr.X["compute_ms"].to_numpy(), tr.X["nodes"].to_numpy(), tr.X["world_size"].to_numpy(),
                         scale_of(tr.X), tr.y_ms)
     preds = {
-        "model": lm.predict(te.X),
+        "model": model_pred,
         "simulator": raw.X["sim_ms"].to_numpy(),
         "pollux": _pollux_predict(params, te.X["compute_ms"].to_numpy(), te.X["nodes"].to_numpy(),
                                   te.X["world_size"].to_numpy(), scale_of(te.X)),
@@ -138,47 +152,86 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
 
 def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
              splits: Sequence[str] = ("lomo-1gpu", "lomo-1node", "nodes>4", "loio"),
-             progress: Callable[[str], None] | None = None) -> ValidationReport:
-    report = ValidationReport()
+             progress: Callable[[str], None] | None = None, collectives: Sequence[CollectivePoint] = (),
+             prefix: str = "", report: ValidationReport | None = None) -> ValidationReport:
+    report = report if report is not None else ValidationReport()
     say = progress or (lambda _: None)
+    first = len(report.results)
     models = [j.model for j in jobs]
     for split in splits:
         if split.startswith("lomo"):
             if len(jobs) < 2:
-                report.notes.append(f"{split}: needs at least 2 models, the corpus has {len(jobs)}.")
+                report.notes.append(f"{prefix}{split}: needs at least 2 models, the corpus has {len(jobs)}.")
                 continue
             for held in jobs:
                 say(f"{split}: holding out {held.model}")
                 view = held.restricted((lambda r: r.world_size == 1) if split == "lomo-1gpu" else (lambda r: r.nodes == 1))
                 res = run_fold(split, held.model, [j for j in jobs if j is not held], [held], {held.model: view},
-                               lambda j, r: r.nodes >= 2, None, catalog, quick)
+                               lambda j, r: r.nodes >= 2, None, catalog, quick, collectives)
                 if res:
                     report.results.append(res)
         elif split == "nodes>4":
             say("nodes>4: training on runs with at most 4 nodes")
             views = {j.model: j.restricted(lambda r: r.nodes <= 4) for j in jobs}
             res = run_fold(split, "all models", jobs, jobs, views, lambda j, r: r.nodes > 4,
-                           lambda j, r: r.nodes <= 4, catalog, quick)
+                           lambda j, r: r.nodes <= 4, catalog, quick, collectives)
             if res:
                 report.results.append(res)
             else:
-                report.notes.append("nodes>4: no run with more than 4 nodes in the corpus.")
+                report.notes.append(f"{prefix}nodes>4: no run with more than 4 nodes in the corpus.")
         elif split == "loio":
             types = sorted({t for j in jobs for t in j.instance_types})
             if len(types) < 2:
-                report.notes.append(f"loio: the corpus has one instance type ({', '.join(types)}); "
+                report.notes.append(f"{prefix}loio: the corpus has one instance type ({', '.join(types)}); "
                                     "leave-one-instance-type-out needs several (e.g. profiles/emulated).")
                 continue
             for t in types:
                 say(f"loio: holding out {t}")
-                views = {j.model: j.restricted(lambda r, t=t: r.instance_type != t) for j in jobs}
-                res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: r.instance_type == t,
-                               lambda j, r, t=t: r.instance_type != t, catalog, quick)
+                views = {j.model: j.restricted(lambda r, t=t: t not in _types(r)) for j in jobs}
+                sweeps = [p for p in collectives if t not in p.config]
+                res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: t in _types(r),
+                               lambda j, r, t=t: t not in _types(r), catalog, quick, sweeps)
                 if res:
                     report.results.append(res)
-    if not report.results:
-        report.notes.append(f"No split could be evaluated on the corpus (models: {', '.join(models)}).")
+        elif split == "loco":
+            configs = sorted({run_config(r).format() for j in jobs for r in j.runs if r.nodes >= 2})
+            if not configs:
+                report.notes.append(f"{prefix}loco: no multi-node configuration in the corpus.")
+                continue
+            for c in configs:
+                say(f"loco: holding out {c}")
+
+                def other(j: JobProfile, r: Run, c: str = c) -> bool:
+                    return run_config(r).format() != c
+
+                views = {j.model: j.restricted(lambda r, j=j, o=other: o(j, r)) for j in jobs}
+                sweeps = [p for p in collectives if not _same_config(p.config, c)]
+                res = run_fold(split, c, jobs, jobs, views, lambda j, r, o=other: not o(j, r), other,
+                               catalog, quick, sweeps)
+                if res:
+                    report.results.append(res)
+    for r in report.results[first:]:
+        r.split = prefix + r.split
+    if len(report.results) == first:
+        report.notes.append(f"{prefix}No split could be evaluated on the corpus (models: {', '.join(models)}).")
     return report
+
+
+def _types(r: Run) -> set[str]:
+    return {g.instance_type for g in run_config(r).groups}
+
+
+def _same_config(sweep_config: str, config: str) -> bool:
+    """Whether an allreduce sweep ran on ``config`` (host order and workers per node ignored)."""
+    from srifty.configspec import parse_config
+
+    def hosts(text: str) -> list[str]:
+        return sorted(g.instance_type for g in parse_config(text).groups for _ in range(g.count))
+
+    try:
+        return hosts(sweep_config) == hosts(config)
+    except Exception:  # noqa: BLE001 - an unreadable sweep config is not the held-out one
+        return False
 
 
 # --------------------------------------------------------------------------- outputs
@@ -193,7 +246,19 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         "Rerun it to reproduce; nothing on this page is typed by hand.",
         "",
         "Absolute percentage error of the predicted iteration time per split (all folds pooled), "
-        "for the learned model and the baselines on the same rows. See srifty/validate.py for the splits.",
+        "for the learned model and the baselines on the same rows. See srifty/validate.py for the splits "
+        "and docs/latency-model.md for the model.",
+        "",
+        "- `lomo-1gpu` / `lomo-1node`: leave one model out; the held-out model is known by its single-GPU "
+        "(single-node) runs only, the residual model trains on the other models.",
+        "- `nodes>4`: trained on runs with at most 4 nodes, tested on larger ones.",
+        "- `loio`: leave one instance type out (its compute transferred from the other types).",
+        "- `loco`: leave one configuration out: each multi-host configuration predicted from each model's "
+        "single-host profiles and the allreduce sweeps of the other configurations.",
+        "- methods: `model` = calibrated simulator × learned residual; `simulator` = the simulator with the "
+        "catalog's link figures (emulated: configured rate × tbf framing goodput); `pollux` = Pollux-style "
+        "(T_compute^γ + T_sync^γ)^(1/γ) fitted on the training rows; `linear` = the slowest worker's "
+        "single-worker step time (perfect scaling).",
         "",
         "| split | rows | method | MAPE % | median % | p90 % |",
         "|---|---:|---|---:|---:|---:|",

@@ -1,12 +1,19 @@
-"""Simulator arithmetic, the learned model against baselines on a held-out model, predict CLI, skops."""
+"""Latency model: simulator arithmetic, profile reading, emulated transfer, sweep fit, the learned
+model against baselines on a held-out model, the predict CLI and skops persistence.
+
+Fast by construction: synthetic profiles for the emulated paths, one small model fitted once per
+module (a subsample of the Pollux corpus), the CLI run in-process (click's runner) except once.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from srifty import simulate
 from srifty.simulate import Link
@@ -36,18 +43,162 @@ def test_overlap_simulation() -> None:
     # bucket 1 ready at 40+30=70 -> ends 80; bucket 2 ready at 100 -> ends 110
     assert r.iteration_ms == pytest.approx(110.0) and r.allreduce_ms == pytest.approx(20.0)
     assert r.exposed_comm_ms == pytest.approx(10.0)
+    # the optimizer runs after the last allreduce
+    r2 = simulate.simulate_iteration(100.0, [10e6, 10e6], [1, 1], link, link, 0.6, optimizer_ms=7.0)
+    assert r2.iteration_ms == pytest.approx(r.iteration_ms + 7.0)
     assert simulate.simulate_iteration(100.0, [10e6], [1], link, link).iteration_ms == 100.0
     assert sum(simulate.bucket_layout(60 * 2**20)) == pytest.approx(60 * 2**20)
 
 
-def test_model_beats_baselines_on_held_out_model() -> None:
+# --------------------------------------------------------------------------- emulated profiles
+
+TYPES = {"emu.small": (0.25, 200.0), "emu.medium": (0.5, 200.0), "emu.cpu": (0.75, 50.0)}
+BUCKETS = [(0, 2_000_000, 30.0), (1, 3_000_000, 200.0)]  # index, bytes, ready_ms from the start of backward
+
+
+def _doc(hosts: list[str], fwd: float, bwd: float, post: float, it: float, exposed: float = 0.0,
+         cpu_factor: dict[str, float] | None = None) -> dict[str, Any]:
+    stat = lambda v: {"median": v}  # noqa: E731
+    config = "+".join(f"1x{h}" for h in hosts)
+    return {
+        "kind": "training", "status": "complete",
+        "job": {"model": "synthetic", "local_batch_size": 8, "grad_bytes": sum(b for _, b, _ in BUCKETS),
+                "buckets": [{"index": i, "bytes": b} for i, b, _ in BUCKETS]},
+        "cluster": {"launcher": "emulated", "world_size": len(hosts), "nodes": len(hosts),
+                    "workers_per_node": [1] * len(hosts), "instance_types": sorted(set(hosts)), "config": config,
+                    "hosts": [{"instance_type": h, "spec": {"cpu_share": TYPES[h][0], "bandwidth_mbit": TYPES[h][1],
+                                                            "cpu_factor": (cpu_factor or {}).get(h)}}
+                              for h in hosts]},
+        "summary": {"iteration_ms": stat(it), "forward_ms": stat(fwd), "backward_compute_ms": stat(bwd),
+                    "exposed_comm_ms": stat(exposed), "optimizer_ms": stat(post), "other_ms": stat(0.0),
+                    "buckets": [{"index": i, "bytes": b, "ready_ms": r * bwd / 200.0} for i, b, r in BUCKETS]},
+    }
+
+
+def _job(docs: list[dict[str, Any]]) -> Any:
+    from srifty.features import job_from_profiles
+    from srifty.profile import Profile
+
+    return job_from_profiles([Profile(doc=d) for d in docs])
+
+
+@pytest.fixture(scope="module")
+def emu_catalog() -> Any:
     from srifty.catalog import Catalog
+
+    return Catalog.from_emulated_spec(ROOT / "configs/emulated.yaml")
+
+
+def test_profile_reading_and_mixed_config(emu_catalog: Any) -> None:
+    from srifty.configspec import parse_config
+    from srifty.features import TBF_GOODPUT, FeatureBuilder, LinkScale, run_config
+
+    small, medium = (100.0, 200.0, 10.0), (50.0, 100.0, 5.0)  # forward, backward, optimizer
+    job = _job([_doc(["emu.small"], *small, it=sum(small)), _doc(["emu.medium"], *medium, it=sum(medium)),
+                _doc(["emu.medium", "emu.small"], 100.0, 200.0, 10.0, it=500.0, exposed=190.0)])
+    # ready_ms counts from the start of backward: fractions of backward, not shifted by forward
+    assert job.ready_fractions == pytest.approx([r / 200.0 for _, _, r in BUCKETS])
+    assert job.backward_fraction == pytest.approx(200.0 / 300.0)  # from a single-host profile
+    mixed = next(r for r in job.runs if r.world_size == 2)
+    assert mixed.mixed and run_config(mixed).format() == "1xemu.medium:1+1xemu.small:1"
+    assert job.instance_types == ["emu.medium", "emu.small"]  # a mixed run profiles neither type
+    assert job.measured("emu.medium", [1, 1], 8) is None  # ...and is never reported as a homogeneous one
+
+    fb = FeatureBuilder(job, emu_catalog, LinkScale())
+    est = fb.estimate(parse_config("1xemu.medium+1xemu.small").resolved(emu_catalog), 8)
+    # the slowest worker (small: measured, not transferred) sets the pace; the ring runs at the
+    # 200 Mbit/s bottleneck times the tbf goodput; the optimizer follows the last allreduce
+    link = Link(200 / 8000.0 * TBF_GOODPUT, LinkScale().emulated_latency_us)
+    want = simulate.simulate_iteration(300.0, [b for _, b, _ in BUCKETS], [1, 1], Link(2.0, 10.0), link,
+                                       200.0 / 300.0, [r / 200.0 for _, _, r in BUCKETS], optimizer_ms=10.0)
+    assert not est.transferred
+    assert est.sim_ms == pytest.approx(want.iteration_ms)
+    assert est.compute_ms == pytest.approx(sum(small))
+
+
+def test_unprofiled_type_transfers_by_measured_cpu_factor(emu_catalog: Any) -> None:
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder
+
+    factors = {"emu.small": 4.0, "emu.cpu": 1.2}
+    job = _job([_doc(["emu.small"], 100.0, 200.0, 0.0, it=300.0, cpu_factor=factors)])
+    assert job.cpu_factors == {"emu.small": factors["emu.small"]}  # read from the profile's host spec
+    job.cpu_factors["emu.cpu"] = factors["emu.cpu"]  # as load_corpus shares the corpus' measured factors
+    fb = FeatureBuilder(job, emu_catalog)
+    c, transferred, note = fb.compute_ms("emu.cpu", 8)
+    assert transferred and "CPU factor" in (note or "")
+    assert c == pytest.approx(300.0 * factors["emu.cpu"] / factors["emu.small"])
+    # without measured factors: the CPU share ratio
+    job2 = _job([_doc(["emu.small"], 100.0, 200.0, 0.0, it=300.0)])
+    c2, _, _ = FeatureBuilder(job2, emu_catalog).compute_ms("emu.cpu", 8)
+    assert c2 == pytest.approx(300.0 * TYPES["emu.small"][0] / TYPES["emu.cpu"][0])
+    est = FeatureBuilder(job2, emu_catalog).estimate(parse_config("2xemu.cpu").resolved(emu_catalog), 8)
+    assert est.transferred
+
+
+def test_sweep_fit_recovers_goodput_and_latency() -> None:
+    from srifty.features import TBF_GOODPUT, CollectivePoint
+    from srifty.model import MIN_SWEEP_BYTES, fit_emulated_links
+
+    g, alpha_ms = 0.9, 0.4
+    pts = []
+    for world in (2, 4):
+        for mbit in (50.0, 200.0):
+            for nbytes in (2**k for k in range(12, 25)):
+                t = 2 * (world - 1) / world * nbytes * 8 / (g * mbit * 1e6) * 1e3 + 2 * (world - 1) * alpha_ms
+                pts.append(CollectivePoint("x", float(nbytes), world, mbit, t))
+    goodput, lat_us, n = fit_emulated_links(pts)
+    assert goodput == pytest.approx(g, rel=1e-6) and lat_us == pytest.approx(alpha_ms * 1e3, rel=1e-6)
+    assert n == sum(p.nbytes >= MIN_SWEEP_BYTES for p in pts)
+    assert fit_emulated_links([])[0] == TBF_GOODPUT  # no sweeps: the framing prior
+
+
+def test_residual_regimes_are_separate() -> None:
+    import pandas as pd
+
+    from srifty.features import FEATURES
+    from srifty.model import MIN_RESIDUAL_ROWS, LatencyModel
+
+    rng = np.random.default_rng(0)
+    n = 60
+    X = pd.DataFrame(rng.uniform(0.5, 2.0, size=(n, len(FEATURES))), columns=FEATURES)
+    X["emulated"] = 0.0
+    X["sim_ms"] = 100.0
+    y = np.full(n, 120.0)  # real clusters: the simulator is 20% low
+    few = X.iloc[: MIN_RESIDUAL_ROWS - 1].copy()
+    few["emulated"] = 1.0
+    lm = LatencyModel(max_iter=30, min_samples_leaf=5).fit(pd.concat([X, few]), np.r_[y, np.full(len(few), 50.0)])
+    assert lm.parts_["emulated"] is None and lm.parts_["real"].n_rows == n
+    assert lm.predict(X.iloc[:3]) == pytest.approx(120.0, rel=0.02)
+    # an emulated row is not corrected by what real clusters taught: the simulator, widened
+    assert lm.predict(few.iloc[:1])[0] == pytest.approx(100.0)
+    lo, hi = lm.predict_interval(few.iloc[:1])
+    assert lo[0] < 100.0 < hi[0] and lm.out_of_range(few.iloc[:1])[0]
+
+
+# --------------------------------------------------------------------------- Pollux: learned vs baselines
+
+
+def _thin(job: Any, keep_every: int) -> Any:
+    """The job with its single-worker runs and every ``keep_every``-th multi-worker run (fast fixtures)."""
+    multi = [r for r in job.runs if r.world_size > 1]
+    kept = set(map(id, multi[::keep_every]))
+    return job.restricted(lambda r: r.world_size == 1 or id(r) in kept)
+
+
+@pytest.fixture(scope="module")
+def pollux_jobs() -> list[Any]:
     from srifty.features import load_corpus
+
+    return [_thin(j, 4) for j in load_corpus([POLLUX])]
+
+
+def test_model_beats_baselines_on_held_out_model(pollux_jobs: list[Any]) -> None:
+    from srifty.catalog import Catalog
     from srifty.validate import METHODS, run_fold
 
-    jobs = load_corpus([POLLUX])
-    held = next(j for j in jobs if j.model == "imagenet")
-    train = [j for j in jobs if j is not held]
+    held = next(j for j in pollux_jobs if j.model == "imagenet")
+    train = [j for j in pollux_jobs if j is not held]
     view = held.restricted(lambda r: r.world_size == 1)
     res = run_fold("lomo-1gpu", held.model, train, [held], {held.model: view}, lambda j, r: r.nodes >= 2,
                    None, Catalog.default(), quick=True)
@@ -60,67 +211,93 @@ def test_model_beats_baselines_on_held_out_model() -> None:
 
 
 @pytest.fixture(scope="module")
-def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_file(pollux_jobs: list[Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from srifty import model as m
+    from srifty.catalog import Catalog
+
+    pred = m.Predictor.train(pollux_jobs, Catalog.default(), quick=True)
     out = tmp_path_factory.mktemp("m") / "m.skops"
-    res = run_srifty("fit", str(POLLUX), "--quick", "--out", str(out))
-    assert res.returncode == 0, res.stderr
+    m.save(pred, out)
     return out
 
 
+def _predict(*args: str) -> Any:
+    from srifty.cli import cli
+
+    return CliRunner().invoke(cli, ["predict", *args])
+
+
 def test_predict_json_shape(model_file: Path) -> None:
-    res = run_srifty("predict", "--profile", str(POLLUX / "imagenet"), "--config", "4xg4dn.12xlarge",
-                     "--local-batch-size", "64", "--model", str(model_file), "--json")
-    assert res.returncode == 0, res.stderr
+    res = _predict("--profile", str(POLLUX / "imagenet"), "--config", "4xg4dn.12xlarge",
+                   "--local-batch-size", "64", "--model", str(model_file), "--json")
+    assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(d) == {"config", "local_batch_size", "iteration_ms", "interval_ms", "throughput_samples_per_s", "source"}
     assert d["source"] == "predicted" and d["interval_ms"][0] <= d["iteration_ms"] <= d["interval_ms"][1]
     assert d["throughput_samples_per_s"] == pytest.approx(16 * 64 / (d["iteration_ms"] / 1e3), rel=1e-3)
     # an exact measured config is reported as measured; another type as transferred
-    res = run_srifty("predict", "--profile", str(POLLUX / "imagenet"), "--config", "1xg4dn.12xlarge:1",
-                     "-b", "81", "--model", str(model_file), "--json")
+    res = _predict("--profile", str(POLLUX / "imagenet"), "--config", "1xg4dn.12xlarge:1",
+                   "-b", "81", "--model", str(model_file), "--json")
     assert json.loads(res.stdout.splitlines()[-1])["source"] == "measured"
-    res = run_srifty("predict", "--profile", str(POLLUX / "imagenet"), "--config", "2xp3.8xlarge",
-                     "-b", "64", "--model", str(model_file), "--json")
-    assert res.returncode == 0, res.stderr
+    res = _predict("--profile", str(POLLUX / "imagenet"), "--config", "2xp3.8xlarge",
+                   "-b", "64", "--model", str(model_file), "--json")
+    assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout.splitlines()[-1])["source"] == "transferred"
 
 
 def test_far_outside_training_range_warns(model_file: Path) -> None:
-    res = run_srifty("predict", "--profile", str(POLLUX / "cifar10"), "--config", "64xg4dn.12xlarge",
-                     "--model", str(model_file), "--json")
-    assert res.returncode == 0 and "outside the training data" in res.stderr
+    res = _predict("--profile", str(POLLUX / "cifar10"), "--config", "64xg4dn.12xlarge",
+                   "--model", str(model_file), "--json")
+    assert res.exit_code == 0 and "outside the training data" in res.stderr
     d = json.loads(res.stdout.splitlines()[-1])
     assert d["interval_ms"][1] / d["interval_ms"][0] > 1.2
 
 
-def test_unknown_type_did_you_mean(model_file: Path) -> None:
+def test_unknown_type_did_you_mean_real_cli(model_file: Path) -> None:
+    # once through a real subprocess, as a user runs it
     res = run_srifty("predict", "--profile", str(POLLUX / "ncf"), "--config", "2xg4dn.12xlarg", "--model", str(model_file))
     assert res.returncode != 0 and "Did you mean 'g4dn.12xlarge'" in res.stderr
 
 
-def test_skops_load_refuses_untrusted_types(model_file: Path, tmp_path: Path) -> None:
+def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_jobs: list[Any],
+                                                      tmp_path: Path) -> None:
     import skops.io as sio
 
     from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
 
     pred = m.load(model_file)
-    assert pred.meta["data_sha256"] and "scikit-learn" in pred.meta["libraries"]
+    assert pred.meta["data_sha256"] == m.corpus_hash(pollux_jobs) and "scikit-learn" in pred.meta["libraries"]
     assert pred.latency.n_features_in_ == len(pred.latency.feature_names_in_)
+    # the loaded model answers exactly as the one that was saved
+    cat = Catalog.default()
+    job = next(j for j in pollux_jobs if j.model == "cifar10")
+    rows = [(parse_config("3xg4dn.12xlarge").resolved(cat), 32)]
+    again = m.Predictor.train(pollux_jobs, cat, quick=True)
+    assert pred.predict(job, cat, rows)[0].iteration_ms == pytest.approx(again.predict(job, cat, rows)[0].iteration_ms)
     evil = tmp_path / "evil.skops"
     sio.dump({"format": "srifty-latency-model", "x": Path("/etc/passwd")}, str(evil))
     with pytest.raises(m.ModelError, match="does not trust"):
         m.load(evil)
     assert b"pickle" not in Path(model_file).read_bytes()[:4]
+    # loading does not drag torch in (skops' scan of scikit-learn would import it)
+    import subprocess
+    import sys
+
+    code = (f"import sys; from srifty import model as m; m.load({str(model_file)!r}); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
 
 
 def test_estimator_contract() -> None:
+    import pandas as pd
+
+    from srifty.features import FEATURES
     from srifty.model import LatencyModel, ModelError
 
     lm = LatencyModel(max_iter=5)
-    assert lm.max_iter == 5 and not hasattr(lm, "model_")
-    import pandas as pd
-
+    assert lm.max_iter == 5 and not hasattr(lm, "parts_")
     with pytest.raises(ModelError, match="not fitted"):
-        from srifty.features import FEATURES
-
         lm.predict(pd.DataFrame(np.ones((2, len(FEATURES) + 1)), columns=FEATURES + ["sim_ms"]))

@@ -57,14 +57,14 @@ Examples:
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""
     from srifty import model as m
-    from srifty.features import load_corpus
+    from srifty.features import load_collectives, load_corpus
 
     paths = m.corpus_paths(corpus)
     if not paths:
         raise SriftyError("No training corpus given and none shipped found.", "Give profile directories to fit on.")
     jobs = load_corpus(paths)
     cat = m.catalog_for_jobs(jobs)
-    pred = m.Predictor.train(jobs, cat, quick=quick)
+    pred = m.Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(paths))
     m.save(pred, out)
     meta = pred.meta
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
@@ -153,10 +153,11 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
 @click.command("validate", epilog="""\b
 Examples:
   srifty validate --quick
-  srifty validate profiles/pollux --out docs/ACCURACY.md --plot docs/accuracy.png
+  srifty validate profiles/pollux profiles/emulated --out docs/ACCURACY.md --plot docs/accuracy.png
 """)
 @click.argument("corpus", nargs=-1, type=click.Path())
-@click.option("--quick", is_flag=True, help="Smaller fits and only the lomo-1gpu and nodes>4 splits (CI, < 3 min).")
+@click.option("--quick", is_flag=True, help="Smaller fits and fewer splits (lomo-1gpu and nodes>4; emulated: loco and "
+              "lomo-1node) (CI, < 3 min).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the Markdown report here (e.g. docs/ACCURACY.md).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a predicted-vs-measured PNG here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the pooled figures as JSON.")
@@ -164,15 +165,23 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
     from srifty import model as m
     from srifty import validate as v
-    from srifty.features import load_corpus
+    from srifty.features import hardware_of, load_collectives, load_corpus
 
     paths = m.corpus_paths(corpus)
     if not paths:
         raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
-    jobs = load_corpus(paths)
-    cat = m.catalog_for_jobs(jobs)
-    splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "nodes>4", "loio")
-    report = v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s: click.echo(s, err=True))
+    report = v.ValidationReport()
+    for path in paths:  # each corpus on its own: models of different corpora never share a fold
+        jobs = load_corpus([path])
+        cat = m.catalog_for_jobs(jobs)
+        emulated = all(hardware_of(cat, t).emulated for j in jobs for t in j.instance_types)
+        if emulated:
+            splits = ("loco", "lomo-1node") if quick else ("loco", "lomo-1node", "loio")
+        else:
+            splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "nodes>4", "loio")
+        prefix = f"{Path(path).name}/" if len(paths) > 1 else ""
+        v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s, p=prefix: click.echo(p + s, err=True),
+                   collectives=load_collectives([path]), prefix=prefix, report=report)
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
@@ -189,11 +198,12 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     if as_json:
         click.echo(json.dumps({"splits": pooled, "notes": report.notes}, indent=1))
         return
-    click.echo(f"{'split':<12} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
-    click.echo(f"{'':<12} {'':>5}  " + "  ".join(f"{'MAPE/median/p90 %':>22}" for _ in v.METHODS))
+    w = max([12] + [len(k) for k in pooled])
+    click.echo(f"{'split':<{w}} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
+    click.echo(f"{'':<{w}} {'':>5}  " + "  ".join(f"{'MAPE/median/p90 %':>22}" for _ in v.METHODS))
     for split, ms in pooled.items():
         cells = "  ".join(f"{ms[k]['mape']:>8.1f}/{ms[k]['median']:>5.1f}/{ms[k]['p90']:>6.1f}" for k in v.METHODS)
-        click.echo(f"{split:<12} {ms['model']['n']:>5}  {cells}")
+        click.echo(f"{split:<{w}} {ms['model']['n']:>5}  {cells}")
     for r in report.results:
         st = r.stats()
         best = min(v.METHODS, key=lambda k: st[k]["mape"])
