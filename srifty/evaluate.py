@@ -107,17 +107,6 @@ class Candidate:
         return abs(self.predicted_samples_per_s - self.measured_samples_per_s) / self.measured_samples_per_s
 
 
-def hosts_arg(hosts: Sequence[str]) -> str:
-    """Host types in order -> ``--hosts`` syntax (``emu.medium:2,emu.small:1``)."""
-    out: list[list[Any]] = []
-    for t in hosts:
-        if out and out[-1][0] == t:
-            out[-1][1] += 1
-        else:
-            out.append([t, 1])
-    return ",".join(f"{t}:{n}" for t, n in out)
-
-
 def candidate_space(spec: Any, types: Sequence[str], max_hosts: int, cores: float) -> list[Candidate]:
     """Homogeneous configurations and mixes of two types, up to ``max_hosts`` hosts, whose
     CPU shares add up to at most ``cores`` (what this machine can run without oversubscribing)."""
@@ -352,6 +341,8 @@ class Evaluator:
             return doc, float(doc["measurement"].get("wall_seconds") or 0.0), True
         self.say(f"running {sub} on {cfg}")
         t0 = time.monotonic()
+        from srifty.profiling.emulated import hosts_arg
+
         doc = self.profile_fn(hosts_arg(hosts), out, collectives)
         return doc, time.monotonic() - t0, False
 

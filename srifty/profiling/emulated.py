@@ -11,10 +11,11 @@ shares, link rates and measured CPU factors.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 from srifty import hostinfo
 from srifty.errors import SriftyError
@@ -31,15 +32,19 @@ PROFILING_CLUSTER = "prof"
 RDZV_PORT = 29400
 
 
-def config_string(type_names: list[str]) -> str:
+def type_runs(type_names: Sequence[str]) -> list[tuple[str, int]]:
+    """Node types in order -> runs of equal types: ``[a, a, b]`` -> ``[(a, 2), (b, 1)]``."""
+    return [(t, len(list(g))) for t, g in itertools.groupby(type_names)]
+
+
+def config_string(type_names: Sequence[str]) -> str:
     """Node types in order -> the config syntax, e.g. ``2xemu.medium+1xemu.small``."""
-    groups: list[list[Any]] = []
-    for t in type_names:
-        if groups and groups[-1][1] == t:
-            groups[-1][0] += 1
-        else:
-            groups.append([1, t])
-    return "+".join(f"{n}x{t}" for n, t in groups)
+    return "+".join(f"{n}x{t}" for t, n in type_runs(type_names))
+
+
+def hosts_arg(type_names: Sequence[str]) -> str:
+    """Node types in order -> the ``--hosts`` syntax, e.g. ``emu.medium:2,emu.small:1``."""
+    return ",".join(f"{t}:{n}" for t, n in type_runs(type_names))
 
 
 class EmulatedBackend(ProfilingBackend):
