@@ -994,7 +994,11 @@ def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
         return model_mod.load(model)
     path = default_model_path()
     if Path(path).exists():
-        return model_mod.load(path)
+        try:
+            return model_mod.load(path)
+        except SriftyError as exc:  # written by another srifty version, or damaged: it is only a cache
+            if say:
+                say(f"The cached latency model {path} cannot be used ({exc.message}); training it again.")
     if say:
         say(f"Training the latency model on the shipped corpus once (about a minute); it is saved to {path}.")
     pred = model_mod.default_predictor(quick=True)

@@ -110,13 +110,20 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
-    from srifty.features import load_job
 
     if bool(config_text) == bool(configs_csv):
         raise SriftyError("Give exactly one of --config and --configs.", "e.g. --config 4xg4dn.12xlarge")
-    job = load_job(profile_path)
+    from srifty import profile as profile_mod
+    from srifty.features import job_from_profiles
+    from srifty.solver import ProfiledHostsCatalog, profiled_hosts
+
+    profiles = profile_mod.load_many([profile_path])
+    job = job_from_profiles(profiles)
     base = Catalog.default(catalog_path) if catalog_path else None
     cat = m.catalog_for_jobs([job], base)
+    hosts = profiled_hosts(profiles, cat)  # e.g. 'local': its compute is transferred like recommend's
+    if hosts:
+        cat = ProfiledHostsCatalog(cat, hosts)
     for w in getattr(cat, "warnings", []) or []:
         _warn(w)
     requests = [(config_text, local_batch_size, 0)] if config_text else _read_configs_csv(configs_csv or "")
@@ -130,12 +137,13 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
         except SriftyError as exc:
             raise SriftyError(f"{exc.message}{where}", exc.hint) from None
         rows.append((config, b or local_batch_size or default_b))
-    if model_path:
-        pred = m.load(model_path)
-    else:
-        click.echo("note: training the latency model on the shipped corpus (use `srifty fit` and --model to reuse one)",
-                   err=True)
-        pred = m.default_predictor()
+    from srifty.solver import load_predictor
+
+    # --model FILE, or the model `srifty recommend` also uses (trained once and cached)
+    pred = load_predictor(model_path, say=lambda msg: click.echo(f"note: {msg}", err=True))
+    if pred is None:
+        raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",
+                          "Drop --model to use the cached one, or give a file from `srifty fit`.")
     results = pred.predict(job, cat, rows)
     for r in results:
         for w in r.warnings:
