@@ -190,7 +190,6 @@ class Recorder:
         self._dirty = True
         self._flusher: threading.Thread | None = None
         self._stop_flusher = threading.Event()
-        self._ddp_modules: list[DistributedDataParallel] = []
 
     # ----- iteration boundaries -------------------------------------------------
     def _boundary(self, mark: Any) -> None:
@@ -291,7 +290,6 @@ class Recorder:
 
     # ----- hooks ----------------------------------------------------------------
     def attach_ddp(self, ddp: DistributedDataParallel) -> None:
-        self._ddp_modules.append(ddp)
         params = [p for p in ddp.module.parameters() if p.requires_grad]
         if not self.model:
             dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
@@ -523,22 +521,10 @@ def install(settings: WorkerSettings) -> Recorder:
     return recorder
 
 
-def no_backward_message(recorder: Recorder) -> str | None:
-    """Why a finished script produced no iterations, if that is what happened."""
-    if recorder.iterations:
-        return None
-    if recorder.forward_calls and not recorder.backward_calls:
-        return f"the script ran {recorder.forward_calls} DDP forward passes but never called backward()"
-    if not recorder.forward_calls and not recorder.explicit:
-        return "the script never ran a forward pass through a DistributedDataParallel model"
-    return "the script finished before a full training iteration (forward, backward, optimizer step) was measured"
-
-
 __all__ = [
     "Recorder",
     "WorkerSettings",
     "ProfilingComplete",
     "install",
     "active_recorder",
-    "no_backward_message",
 ]

@@ -157,14 +157,17 @@ def _sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def read_record(path: Path) -> dict[str, Any] | None:
+    """One worker's flushed records, or None while it does not exist (or is being replaced)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def read_rank_records(run_dir: str, prefix: str = "rank") -> list[dict[str, Any]]:
-    records = []
-    for p in sorted(Path(run_dir).glob(f"{prefix}[0-9]*.json"), key=lambda q: int(q.stem[len(prefix):])):
-        try:
-            records.append(json.loads(p.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return records
+    paths = sorted(Path(run_dir).glob(f"{prefix}[0-9]*.json"), key=lambda q: int(q.stem[len(prefix):]))
+    return [r for r in map(read_record, paths) if r is not None]
 
 
 def kill_run_processes(run_id: str, known: set[int] | None = None, grace_s: float = 3.0) -> int:
@@ -364,9 +367,8 @@ class ProfilingBackend(ABC):
     ) -> dict[str, Any]:
         supervisor = Supervisor(self.plan(request, run_dir), run_id, os.path.join(run_dir, "workers.log"))
 
-        def poll() -> dict[str, Any]:
-            recs = read_rank_records(run_dir)
-            r0 = next((r for r in recs if r.get("rank") == 0), None)
+        def poll() -> dict[str, Any]:  # progress is rank 0's: read only its file
+            r0 = read_record(Path(run_dir) / "rank0.json")
             return {
                 "iterations": len(r0["iterations"]) if r0 else 0,
                 "rel_ci": r0.get("current_rel_ci") if r0 else None,
