@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles corpus evaluate clean
+.PHONY: setup test demo profiles corpus model accuracy bench evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ test:
 	$(BIN)/python -m pytest -q
 
 # The main job on shipped data, no cloud account: the recorded profiles, then the
-# configurations to rent for one of them (the first run trains the latency model, ~1 min).
+# configurations to rent for one of them (with the latency model shipped in srifty/data).
 demo:
 	$(BIN)/srifty show profiles/local
 	$(BIN)/srifty recommend --profile profiles/local/cnn_resnet.json --budget 12
@@ -36,6 +36,11 @@ clean:
 # Record the emulated-cluster corpus (needs root; under an hour): configs/corpus-grid.yaml
 corpus:
 	$(BIN)/python scripts/make_corpus.py
+
+# The latency model shipped with srifty (srifty/data/latency-model.skops + .card.json), trained on
+# the shipped corpus; rerun after changing the corpus or the features (a test checks it is current).
+model:
+	$(BIN)/srifty fit --quick --out srifty/data/latency-model.skops
 
 # Latency-model accuracy on the shipped corpus: writes docs/ACCURACY.md and docs/accuracy.png.
 accuracy:

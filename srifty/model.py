@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ("profiles/pollux", "profiles/emulated")
+SHIPPED_MODEL = Path(__file__).resolve().parent / "data" / "latency-model.skops"  # `make model` writes it
 EXTRAPOLATION_WIDEN = 2.0  # interval half-width (in log space) multiplier outside the training range
 
 
@@ -538,8 +539,62 @@ def save(predictor: Predictor, path: str | Path) -> None:
         if part is not None:
             state.update({f"{name}_model": part.model, f"{name}_lower": part.lower, f"{name}_upper": part.upper,
                           f"{name}_feature_min": part.feature_min, f"{name}_feature_max": part.feature_max})
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    sio.dump(state, str(path))
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    sio.dump(state, str(tmp))
+    card = {"data_sha256": predictor.meta.get("data_sha256"), "features": list(RESIDUAL_FEATURES),
+            "libraries": predictor.meta.get("libraries", {}), "rows": predictor.meta.get("rows")}
+    card_tmp = card_path(target).with_name(f".{card_path(target).name}.tmp")
+    card_tmp.write_text(json.dumps(card, indent=1) + "\n")
+    tmp.replace(target)
+    card_tmp.replace(card_path(target))
+
+
+def card_path(model_path: str | Path) -> Path:
+    """The small JSON written beside a model file: what it was trained on, with which libraries."""
+    p = Path(model_path)
+    return p.with_name(p.stem + ".card.json")
+
+
+def read_card(model_path: str | Path) -> dict[str, Any] | None:
+    try:
+        card = json.loads(card_path(model_path).read_text())
+    except (OSError, ValueError):
+        return None
+    return card if isinstance(card, dict) else None
+
+
+def installed_versions() -> dict[str, str]:
+    """Versions of the libraries a saved model depends on, read without importing them."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("scikit-learn", "skops", "numpy"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            pass
+    return out
+
+
+def card_is_current(card: dict[str, Any] | None, data_sha256: str | None = None) -> bool:
+    """True when a model with this card loads and answers as if trained here and now: same
+    feature list, same scikit-learn/skops/numpy versions, and (when given) the same corpus."""
+    if not card or card.get("features") != list(RESIDUAL_FEATURES):
+        return False
+    libs = card.get("libraries") or {}
+    if any(libs.get(k) != v for k, v in installed_versions().items()):
+        return False
+    return data_sha256 is None or card.get("data_sha256") == data_sha256
+
+
+def shipped_model() -> Path | None:
+    """The model trained on the shipped corpus and shipped with srifty, when this installation
+    can load it exactly (same library versions); else None and the caller trains one."""
+    if SHIPPED_MODEL.exists() and card_is_current(read_card(SHIPPED_MODEL)):
+        return SHIPPED_MODEL
+    return None
 
 
 def load(path: str | Path) -> Predictor:

@@ -972,18 +972,24 @@ def load_inputs(profile_paths: Sequence[str], catalog: "Catalog") -> tuple["JobP
 
 
 def default_model_path() -> "Any":
-    """Where ``srifty recommend`` keeps the trained latency model between runs."""
+    """The latency model ``srifty recommend`` uses: $SRIFTY_MODEL; else the model shipped with
+    srifty (trained on the shipped corpus) when this installation's libraries can load it; else
+    one trained here once and kept in the cache directory."""
     import os
     from pathlib import Path
 
+    from srifty import model as model_mod
     from srifty.catalog import cache_dir
 
-    return Path(os.environ.get("SRIFTY_MODEL") or (cache_dir() / "latency-model.skops"))
+    if os.environ.get("SRIFTY_MODEL"):
+        return Path(os.environ["SRIFTY_MODEL"])
+    return model_mod.shipped_model() or (cache_dir() / "latency-model.skops")
 
 
 def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
-    """``simulator``: none (analytical simulator only); a path: that skops file; None: the cached
-    model, trained once on the shipped corpus (profiles/pollux, profiles/emulated) and saved."""
+    """``simulator``: none (analytical simulator only); a path: that skops file; None: the
+    default model (:func:`default_model_path`), trained once on the shipped corpus
+    (profiles/pollux, profiles/emulated) and cached when the shipped one cannot be used."""
     from pathlib import Path
 
     from srifty import model as model_mod
@@ -993,12 +999,18 @@ def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
     if model:
         return model_mod.load(model)
     path = default_model_path()
+    shipped_card = model_mod.read_card(model_mod.SHIPPED_MODEL)
+    corpus = shipped_card.get("data_sha256") if shipped_card else None
     if Path(path).exists():
-        try:
-            return model_mod.load(path)
-        except SriftyError as exc:  # written by another srifty version, or damaged: it is only a cache
-            if say:
-                say(f"The cached latency model {path} cannot be used ({exc.message}); training it again.")
+        if path == model_mod.SHIPPED_MODEL or model_mod.card_is_current(model_mod.read_card(path), corpus):
+            try:
+                return model_mod.load(path)
+            except SriftyError as exc:  # written by another srifty version, or damaged: it is only a cache
+                if say:
+                    say(f"The cached latency model {path} cannot be used ({exc.message}); training it again.")
+        elif say:
+            say(f"The cached latency model {path} was trained on another corpus or with other library "
+                "versions; training it again.")
     if say:
         say(f"Training the latency model on the shipped corpus once (about a minute); it is saved to {path}.")
     pred = model_mod.default_predictor(quick=True)

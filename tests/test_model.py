@@ -301,3 +301,53 @@ def test_estimator_contract() -> None:
     assert lm.max_iter == 5 and not hasattr(lm, "parts_")
     with pytest.raises(ModelError, match="not fitted"):
         lm.predict(pd.DataFrame(np.ones((2, len(FEATURES) + 1)), columns=FEATURES + ["sim_ms"]))
+
+
+def test_shipped_model_is_current_with_the_shipped_corpus() -> None:
+    """srifty/data/latency-model.skops (``make model``) answers recommend's first run without a
+    minute of training; it must be trained on exactly the corpus shipped beside it."""
+    from srifty import model as m
+    from srifty.features import load_corpus
+
+    card = m.read_card(m.SHIPPED_MODEL)
+    assert card is not None, "run `make model`"
+    assert card["features"] == list(m.RESIDUAL_FEATURES), "features changed: run `make model`"
+    jobs = load_corpus(m.corpus_paths())
+    assert card["data_sha256"] == m.corpus_hash(jobs), "the shipped corpus changed: run `make model`"
+    pred = m.load(m.SHIPPED_MODEL)
+    assert pred.meta["data_sha256"] == card["data_sha256"] and pred.meta["rows"] == card["rows"]
+
+
+def test_default_model_prefers_the_shipped_one_and_retrains_a_stale_cache(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model_file: Path) -> None:
+    import shutil
+
+    from srifty import model as m
+    from srifty import solver
+
+    monkeypatch.delenv("SRIFTY_MODEL", raising=False)
+    monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path))
+    # the shipped model is used as it is when this installation has its library versions
+    monkeypatch.setattr(m, "installed_versions", lambda: m.read_card(m.SHIPPED_MODEL)["libraries"])
+    assert solver.default_model_path() == m.SHIPPED_MODEL
+    # other library versions: the shipped model is not used, the cache is
+    monkeypatch.setattr(m, "installed_versions", lambda: {"scikit-learn": "0.0.0"})
+    cache = tmp_path / "latency-model.skops"
+    assert solver.default_model_path() == cache
+    # a cache trained on another corpus (the Pollux subset of `model_file`) is retrained, not trusted
+    shutil.copy(model_file, cache)
+    shutil.copy(m.card_path(model_file), m.card_path(cache))
+    card = json.loads(m.card_path(cache).read_text())
+    card["libraries"]["scikit-learn"] = "0.0.0"
+    m.card_path(cache).write_text(json.dumps(card))
+    assert card["data_sha256"] != m.read_card(m.SHIPPED_MODEL)["data_sha256"]
+    trained: list[str] = []
+    monkeypatch.setattr(m, "default_predictor", lambda quick=False: trained.append("x") or m.load(model_file))
+    said: list[str] = []
+    solver.load_predictor(None, said.append)
+    assert trained and any("another corpus" in s for s in said)
+    # ... and a cache whose card matches this installation and the shipped corpus is loaded as it is
+    card["data_sha256"] = m.read_card(m.SHIPPED_MODEL)["data_sha256"]
+    m.card_path(cache).write_text(json.dumps(card))
+    trained.clear()
+    assert solver.load_predictor(None, said.append) is not None and not trained
