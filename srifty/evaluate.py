@@ -353,8 +353,17 @@ class Evaluator:
     def _price(self, hosts: Sequence[str]) -> float:
         return sum(self.spec.instance_types[t].price_per_hour for t in hosts)
 
+    def sweep_pair(self) -> list[str]:
+        """Two hosts of the type with the most CPU share (then the fastest link): the sweep is
+        there to measure the links, and a CPU-throttled host would time its own throttling."""
+        t = max(self.types, key=lambda t: (self.spec.instance_types[t].cpu_share,
+                                           self.spec.instance_types[t].bandwidth_mbit))
+        return [t, t]
+
     def cheap_profiles(self) -> tuple[list[Path], float, float]:
-        """Step 1: one host of each type, and an allreduce sweep across two hosts."""
+        """Step 1: one host of each type, and an allreduce sweep across two hosts (its path last)."""
+        from srifty.profiling.emulated import config_string
+
         seconds = usd = 0.0
         paths = []
         for t in self.types:
@@ -362,24 +371,30 @@ class Evaluator:
             seconds += s
             usd += s / 3600 * self._price([t])
             paths.append(self.work / "profiles" / self.model / f"1x{t}-b{self.batch_size}.json")
-        pair = [self.types[0]] * 2
+        pair = self.sweep_pair()
         _, s, _ = self._run(pair, collectives=True)
         seconds += s
         usd += s / 3600 * self._price(pair)
+        paths.append(self.work / "profiles" / "collectives" / f"{config_string(pair)}.json")
         return paths, seconds, usd
 
     def predict(self, cands: list[Candidate], profile_paths: list[Path]) -> dict[str, Any]:
-        """Step 2: the latency model, trained without this model's emulated multi-host runs."""
+        """Step 2: the latency model, trained without this model's emulated multi-host runs; the
+        emulated links fitted on the allreduce sweeps (the corpus's and the one just measured)."""
         from srifty import model as m
         from srifty import profile as profile_mod
         from srifty.catalog import Catalog
         from srifty.configspec import parse_config
-        from srifty.features import job_from_profiles, load_corpus
+        from srifty.features import job_from_profiles, load_collectives, load_corpus
 
-        job = job_from_profiles(profile_mod.load_many([str(p) for p in profile_paths]))
-        corpus = [j for j in load_corpus(m.corpus_paths(self.corpus)) if j.model != job.model]
+        training = [p for p in profile_paths if p.parent.name != "collectives"]
+        sweeps = [p for p in profile_paths if p.parent.name == "collectives"]
+        job = job_from_profiles(profile_mod.load_many([str(p) for p in training]))
+        paths = m.corpus_paths(self.corpus)
+        corpus = [j for j in load_corpus(paths) if j.model != job.model]
         catalog = m.catalog_for_jobs([job], Catalog.from_emulated_spec(self.spec_path))
-        predictor = m.Predictor.train(corpus, m.catalog_for_jobs(corpus), quick=True)
+        collectives = load_collectives(paths) + load_collectives(sweeps)
+        predictor = m.Predictor.train(corpus, m.catalog_for_jobs(corpus), quick=True, collectives=collectives)
         rows = [(parse_config(c.config).resolved(catalog), self.batch_size) for c in cands]
         for c, p in zip(cands, predictor.predict(job, catalog, rows)):
             c.predicted_samples_per_s = p.throughput_samples_per_s
@@ -388,7 +403,8 @@ class Evaluator:
             c.predicted_interval = (world * self.batch_size / (hi_ms / 1e3), world * self.batch_size / (lo_ms / 1e3))
             c.source = p.source
         return {"trained_on": sorted({j.model for j in corpus}), "rows": predictor.meta.get("rows"),
-                "excluded_model": job.model}
+                "excluded_model": job.model, "sweep_points": predictor.meta.get("sweep_points"),
+                "link_scale": predictor.meta.get("link_scale")}
 
     def measure(self, cands: list[Candidate]) -> tuple[float, float]:
         """Step 3: run every configuration (cached runs are reused)."""
