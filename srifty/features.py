@@ -41,6 +41,7 @@ EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over 
 TBF_GOODPUT = 1448.0 / 1514.0
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
+HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
 BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
 
 FEATURES = [
@@ -341,14 +342,27 @@ class Hardware:
     cpu_share: float | None
     notes: tuple[str, ...] = ()
     emulated: bool = False
+    tf32_tflops: float | None = None
+    fp16_tflops: float | None = None  # FP16/BF16 tensor cores, dense
 
     @property
     def speed(self) -> float | None:
-        """A relative compute speed used to transfer compute time between types."""
-        if self.fp32_tflops and self.mem_gbytes_per_s:
-            return math.sqrt(self.fp32_tflops * self.mem_gbytes_per_s)
-        if self.fp32_tflops:
-            return self.fp32_tflops
+        """A relative compute speed used to transfer compute time between types (FP32 work)."""
+        return self.speed_for(None)
+
+    def speed_for(self, precision: str | None) -> float | None:
+        """Relative speed for work in ``precision``: √(FLOPS × memory bandwidth), the FLOPS being
+        the tensor-core figure the precision runs on (FP16/BF16/AMP, TF32) where the GPU has it."""
+        p = (precision or "fp32").lower()
+        flops = self.fp32_tflops
+        if p in HALF_PRECISIONS and self.fp16_tflops:
+            flops = self.fp16_tflops
+        elif p == "tf32" and self.tf32_tflops:
+            flops = self.tf32_tflops
+        if flops and self.mem_gbytes_per_s:
+            return math.sqrt(flops * self.mem_gbytes_per_s)
+        if flops:
+            return flops
         return self.cpu_share
 
 
@@ -379,7 +393,8 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
     spec = catalog.gpu_spec(it.gpu_name) if it.gpu_name else None
     return Hardware(it.name, it.workers_per_node, Link(intra_bw, INTRA_LATENCY_US), inter,
                     spec.fp32_tflops if spec else None, spec.memory_bandwidth_gbytes_per_s if spec else None,
-                    it.vcpus or None, tuple(notes))
+                    it.vcpus or None, tuple(notes), tf32_tflops=spec.tf32_tflops_dense if spec else None,
+                    fp16_tflops=spec.fp16_bf16_tensor_tflops_dense if spec else None)
 
 
 @dataclass(frozen=True)
@@ -463,7 +478,7 @@ class FeatureBuilder:
         fa, fb = self.job.cpu_factors.get(a), self.job.cpu_factors.get(b)
         if fa and fb:
             return 1.0 / fa, 1.0 / fb
-        sa, sb = self.hardware(a).speed, self.hardware(b).speed
+        sa, sb = self.hardware(a).speed_for(self.job.precision), self.hardware(b).speed_for(self.job.precision)
         if sa is None or sb is None:
             return None
         return sa, sb
@@ -548,7 +563,7 @@ class FeatureBuilder:
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             notes.append("gradient size unknown: communication not simulated")
-        slow = min(hws, key=lambda h: h.speed or float("inf"))
+        slow = min(hws, key=lambda h: h.speed_for(self.job.precision) or float("inf"))
         compute = step_alone  # features and baselines read the slowest worker's whole step alone
         feats = {
             "log_sim_ms": math.log(sim.iteration_ms),

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from srifty.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = ("profiles/pollux", "profiles/emulated")
+DEFAULT_CORPUS = ("profiles/pollux", "profiles/lambda", "profiles/emulated")
 SHIPPED_MODEL = Path(__file__).resolve().parent / "data" / "latency-model.skops"  # `make model` writes it
 EXTRAPOLATION_WIDEN = 2.0  # interval half-width (in log space) multiplier outside the training range
 
@@ -635,7 +635,7 @@ def load(path: str | Path) -> Predictor:
 
 
 def corpus_paths(extra: Sequence[str] = ()) -> list[str]:
-    """The given corpus paths, or the shipped ones that exist (profiles/pollux, profiles/emulated)."""
+    """The given corpus paths, or the shipped ones that exist (profiles/pollux, profiles/lambda, profiles/emulated)."""
     if extra:
         return list(extra)
     return [str(ROOT / p) for p in DEFAULT_CORPUS if (ROOT / p).exists() and any((ROOT / p).rglob("*.json"))]

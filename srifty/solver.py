@@ -989,7 +989,7 @@ def default_model_path() -> "Any":
 def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
     """``simulator``: none (analytical simulator only); a path: that skops file; None: the
     default model (:func:`default_model_path`), trained once on the shipped corpus
-    (profiles/pollux, profiles/emulated) and cached when the shipped one cannot be used."""
+    (profiles/pollux, profiles/lambda, profiles/emulated) and cached when the shipped one cannot be used."""
     from pathlib import Path
 
     from srifty import model as model_mod

@@ -3,7 +3,8 @@
 Splits (on whatever corpora exist):
 
 - ``lomo-1gpu``: leave one model out; the held-out model is known only by its single-GPU
-  runs and its parameter count (when the trace states it); tested on all its multi-node runs.
+  runs and its parameter count (when the trace states it); tested on all its multi-GPU runs
+  (one node or several).
 - ``lomo-1node``: the same, but the held-out model's profile is one node (1..N GPUs of one
   instance), as a user profiling on a single VM would have; tested on its multi-node runs.
 - ``nodes>4``: extrapolation in scale: trained on every model's runs with at most 4 nodes,
@@ -87,11 +88,13 @@ def _pollux_predict(params: "np.ndarray", compute: "np.ndarray", nodes: "np.ndar
                     scale: "np.ndarray") -> "np.ndarray":
     import numpy as np
 
-    a_l, b_l, a_n, b_n, g = np.exp(params[:4]).tolist() + [1.0 + np.exp(params[4])]
+    p = np.clip(np.asarray(params, dtype=float), -30.0, 30.0)  # the optimiser may wander: keep exp finite
+    a_l, b_l, a_n, b_n, g = np.exp(p[:4]).tolist() + [1.0 + np.exp(min(p[4], 5.0))]
     k = np.maximum(world - 2, 0)
     sync = np.where(nodes > 1, a_n + b_n * k, a_l + b_l * k) * scale
     sync = np.where(world > 1, sync, 0.0)
-    return (compute ** g + sync ** g) ** (1.0 / g)
+    top = np.maximum(np.maximum(compute, sync), 1e-12)  # (c^γ + s^γ)^(1/γ) without overflow
+    return top * ((compute / top) ** g + (sync / top) ** g) ** (1.0 / g)
 
 
 def fit_pollux(compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray", scale: "np.ndarray",
@@ -166,8 +169,9 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
             for held in jobs:
                 say(f"{split}: holding out {held.model}")
                 view = held.restricted((lambda r: r.world_size == 1) if split == "lomo-1gpu" else (lambda r: r.nodes == 1))
+                tested = (lambda j, r: r.world_size >= 2) if split == "lomo-1gpu" else (lambda j, r: r.nodes >= 2)
                 res = run_fold(split, held.model, [j for j in jobs if j is not held], [held], {held.model: view},
-                               lambda j, r: r.nodes >= 2, None, catalog, quick, collectives)
+                               tested, None, catalog, quick, collectives)
                 if res:
                     report.results.append(res)
         elif split == "nodes>4":

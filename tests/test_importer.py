@@ -60,9 +60,29 @@ def test_missing_columns(tmp_path: Path) -> None:
         read_trace(trace)
 
 
-def test_shipped_pollux_profiles_match_trace(tmp_path: Path) -> None:
-    result = import_trace(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", tmp_path)
+@pytest.mark.parametrize("trace, shipped_dir", [("pollux_g4dn12xlarge.import.csv", "pollux"),
+                                                ("lambda_ec2.import.csv", "lambda")])
+def test_shipped_profiles_match_trace(tmp_path: Path, trace: str, shipped_dir: str) -> None:
+    result = import_trace(ROOT / "data/traces" / trace, tmp_path)
+    assert sorted(Path(p).relative_to(tmp_path) for p in result.written) == \
+        sorted(p.relative_to(ROOT / "profiles" / shipped_dir) for p in (ROOT / "profiles" / shipped_dir).rglob("*.json"))
     for path in result.written:
-        shipped = ROOT / "profiles/pollux" / Path(path).relative_to(tmp_path)
+        shipped = ROOT / "profiles" / shipped_dir / Path(path).relative_to(tmp_path)
         a, b = json.loads(Path(path).read_text()), json.loads(shipped.read_text())
         assert a["runs"] == b["runs"]
+
+
+def test_lambda_conversion_keeps_sample_rows_and_derives_step_time() -> None:
+    """convert_lambda.py: step = global batch / samples per second, local = global / GPUs."""
+    import csv
+
+    src = list(csv.DictReader((ROOT / "data/traces/lambda_ec2_throughput.csv").open()))
+    out = list(csv.DictReader((ROOT / "data/traces/lambda_ec2.import.csv").open()))
+    in_samples = [r for r in src if r["throughput_unit"] in ("images/s", "sequences/s", "samples/s")]
+    assert len(out) == len(in_samples) and len(out) > 50
+    r = next(r for r in src if r["model"] == "BERT-base (SQuAD fine-tune)" and r["precision"] == "FP16"
+             and r["instance_type"] == "p3.16xlarge")
+    o = next(o for o in out if o["model"] == "bert-base-squad-fp16" and o["instance_type"] == "p3.16xlarge")
+    gbs = float(r["global_batch_size"])
+    assert o["placement"] == "8" and int(o["local_batch_size"]) == gbs / 8
+    assert float(o["step_time_s"]) == pytest.approx(gbs / float(r["throughput_samples_per_s"]), rel=1e-5)

@@ -351,3 +351,32 @@ def test_default_model_prefers_the_shipped_one_and_retrains_a_stale_cache(
     m.card_path(cache).write_text(json.dumps(card))
     trained.clear()
     assert solver.load_predictor(None, said.append) is not None and not trained
+
+
+def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
+    """`srifty validate --quick` (the CI subset): every shipped corpus gets its splits, each split
+    is scored on exactly the rows it should hold out, and the report is written."""
+    from srifty.features import load_corpus
+    from srifty.validate import METHODS
+
+    out = tmp_path / "ACCURACY.md"
+    res = CliRunner().invoke(_cli(), ["validate", "--quick", "--json", "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    splits = json.loads(res.stdout)["splits"]
+    assert {"pollux/lomo-1gpu", "pollux/nodes>4", "lambda/lomo-1gpu", "emulated/loco"} <= set(splits)
+    for name, corpus in (("pollux", "profiles/pollux"), ("lambda", "profiles/lambda")):
+        jobs = load_corpus([str(ROOT / corpus)])
+        multi_gpu = sum(1 for j in jobs for r in j.runs if r.world_size >= 2)
+        assert splits[f"{name}/lomo-1gpu"]["model"]["n"] == multi_gpu
+    emulated = load_corpus([str(ROOT / "profiles/emulated")])
+    assert splits["emulated/loco"]["model"]["n"] == sum(1 for j in emulated for r in j.runs if r.nodes >= 2)
+    for st in splits.values():
+        assert set(st) == set(METHODS)
+        assert all(0 <= st[k]["median"] <= st[k]["p90"] and np.isfinite(st[k]["mape"]) for k in st)
+    assert "| lambda/lomo-1gpu |" in out.read_text()
+
+
+def _cli() -> Any:
+    from srifty.cli import cli
+
+    return cli

@@ -47,7 +47,7 @@ def import_cmd(trace: str, out_dir: str, skip_bad: bool) -> None:
 
 @click.command("fit", epilog="""\b
 Examples:
-  srifty fit                                 # the shipped corpus (profiles/pollux, profiles/emulated)
+  srifty fit                                 # the shipped corpus (profiles/pollux, profiles/lambda, profiles/emulated)
   srifty fit profiles/pollux my_profiles/ --out model.skops
 """)
 @click.argument("corpus", nargs=-1, type=click.Path())
