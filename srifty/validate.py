@@ -315,3 +315,141 @@ def write_plot(report: ValidationReport, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------- allreduce (nccl-tests)
+
+NCCL_TESTS = Path(__file__).resolve().parent.parent / "data" / "traces" / "nccl_tests_allreduce_aws.csv"
+NCCL_MIN_BYTES = 1 << 20  # DDP's buckets are 1-25 MiB: the bandwidth regime is what matters
+COMM_METHODS = ("fitted", "training-runs", "catalog")
+
+
+@dataclass
+class AllreduceCheck:
+    """Measured nccl-tests allreduce times on one instance type and node count against the
+    simulator's ring/hierarchical estimate with three sets of link figures."""
+
+    instance_type: str
+    nodes: int
+    gpus_per_node: int
+    sizes: "np.ndarray"
+    measured_us: "np.ndarray"
+    predicted_us: dict[str, "np.ndarray"]
+
+    def mape(self, method: str) -> float:
+        import numpy as np
+
+        return float(np.mean(np.abs(self.predicted_us[method] - self.measured_us) / self.measured_us * 100))
+
+
+def read_nccl_tests(path: str | Path = NCCL_TESTS) -> tuple[list[tuple[str, int, int, float, float]], list[str]]:
+    """(instance type, nodes, GPUs per node, bytes, out-of-place µs) rows of at least
+    NCCL_MIN_BYTES, and notes on what was left out."""
+    import csv
+
+    rows, no_nodes = [], 0
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["test"] != "all_reduce_perf" or int(r["size_bytes"]) < NCCL_MIN_BYTES:
+                continue
+            if not r["nodes"].strip():
+                no_nodes += 1
+                continue
+            rows.append((r["instance_type"], int(r["nodes"]), int(r["gpus_per_node"]), float(r["size_bytes"]),
+                         float(r["oop_time_us"])))
+    notes = [f"nccl-tests: {no_nodes} rows of at least 1 MiB whose source does not state the node count were left out."] \
+        if no_nodes else []
+    return rows, notes
+
+
+def _allreduce_us(catalog: "Catalog", rows: Sequence[tuple[str, int, int, float, float]],
+                  scale: Any) -> "np.ndarray":
+    import numpy as np
+
+    from srifty import simulate
+    from srifty.features import LinkScale, hardware_of
+
+    scale = scale or LinkScale()
+    out = []
+    for itype, nodes, gpn, nbytes, _ in rows:
+        hw = scale.apply(hardware_of(catalog, itype))
+        out.append(simulate.allreduce_ms(nbytes, [gpn] * nodes, hw.intra, hw.inter) * 1e3)
+    return np.array(out)
+
+
+def fit_link_scale_on_collectives(catalog: "Catalog", rows: Sequence[tuple[str, int, int, float, float]]) -> Any:
+    """Link efficiencies and latency factor minimising the median absolute log error of the
+    allreduce estimate on measured collectives (the same grid as CommModel)."""
+    import numpy as np
+
+    from srifty.features import LinkScale
+
+    comm = CommModel()
+    y = np.array([r[4] for r in rows])
+    best = None
+    for inter in comm.inter_grid + (1.5, 2.0):
+        for intra in comm.intra_grid:
+            for lat in comm.latency_grid:
+                scale = LinkScale(inter, intra, lat)
+                err = float(np.median(np.abs(np.log(_allreduce_us(catalog, rows, scale) / y))))
+                if best is None or err < best[0]:
+                    best = (err, scale)
+    return best[1]
+
+
+def validate_allreduce(catalog: "Catalog", training_scale: Any, path: str | Path = NCCL_TESTS
+                       ) -> tuple[list[AllreduceCheck], list[str]]:
+    """Leave one instance type out on nccl-tests: ``fitted`` = link figures fitted on the other
+    types' collectives; ``training-runs`` = the communication model's fit on the corpus's
+    multi-worker runs; ``catalog`` = the catalog's stated bandwidths."""
+    import numpy as np
+
+    from srifty.errors import SriftyError
+
+    rows, notes = read_nccl_tests(path)
+    known = []
+    for r in rows:
+        try:
+            catalog.get(r[0])
+            known.append(r)
+        except SriftyError:
+            notes.append(f"nccl-tests: {r[0]} is not in the catalog; its rows were left out.")
+    notes = list(dict.fromkeys(notes))
+    checks = []
+    for itype in sorted({r[0] for r in known}):
+        test = [r for r in known if r[0] == itype]
+        train = [r for r in known if r[0] != itype]
+        fitted = fit_link_scale_on_collectives(catalog, train) if train else None
+        for nodes, gpn in sorted({(r[1], r[2]) for r in test}):
+            sub = [r for r in test if (r[1], r[2]) == (nodes, gpn)]
+            checks.append(AllreduceCheck(
+                itype, nodes, gpn, np.array([r[3] for r in sub]), np.array([r[4] for r in sub]),
+                {"fitted": _allreduce_us(catalog, sub, fitted), "training-runs": _allreduce_us(catalog, sub, training_scale),
+                 "catalog": _allreduce_us(catalog, sub, None)}))
+    return checks, notes
+
+
+def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> str:
+    import numpy as np
+
+    if not checks:
+        return ""
+    lines = ["", "## Allreduce: nccl-tests on EC2", "",
+             f"`all_reduce_perf` out-of-place times for messages of at least {NCCL_MIN_BYTES >> 20} MiB "
+             "(data/traces/nccl_tests_allreduce_aws.csv) against the simulator's allreduce (best of ring and "
+             "hierarchical) with three sets of link figures: `fitted` = fitted on the nccl-tests rows of the "
+             "*other* instance types (leave one type out); `training-runs` = the communication model's fit on the "
+             "multi-worker training runs of the real corpora; `catalog` = the catalog's stated bandwidths.", "",
+             "| instance type | nodes × GPUs | sizes | " + " | ".join(f"{m} MAPE %" for m in COMM_METHODS)
+             + " | measured / catalog (median) |",
+             "|---|---|---:|" + "---:|" * len(COMM_METHODS) + "---:|"]
+    for c in checks:
+        ratio = float(np.median(c.measured_us / c.predicted_us["catalog"]))
+        lines.append(f"| {c.instance_type} | {c.nodes} × {c.gpus_per_node} | {len(c.sizes)} | "
+                     + " | ".join(f"{c.mape(m):.1f}" for m in COMM_METHODS) + f" | {ratio:.2f} |")
+    allm = {m: np.concatenate([np.abs(c.predicted_us[m] - c.measured_us) / c.measured_us * 100 for c in checks])
+            for m in COMM_METHODS}
+    lines.append(f"| all | | {len(allm['catalog'])} | " + " | ".join(f"{allm[m].mean():.1f}" for m in COMM_METHODS)
+                 + " | |")
+    lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"

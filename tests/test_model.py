@@ -357,7 +357,7 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     """`srifty validate --quick` (the CI subset): every shipped corpus gets its splits, each split
     is scored on exactly the rows it should hold out, and the report is written."""
     from srifty.features import load_corpus
-    from srifty.validate import METHODS
+    from srifty.validate import METHODS, read_nccl_tests
 
     out = tmp_path / "ACCURACY.md"
     res = CliRunner().invoke(_cli(), ["validate", "--quick", "--json", "--out", str(out)])
@@ -374,6 +374,24 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
         assert set(st) == set(METHODS)
         assert all(0 <= st[k]["median"] <= st[k]["p90"] and np.isfinite(st[k]["mape"]) for k in st)
     assert "| lambda/lomo-1gpu |" in out.read_text()
+    # the communication model against measured nccl-tests allreduces, one row per type and node count
+    allreduce = json.loads(res.stdout)["allreduce"]
+    rows, _ = read_nccl_tests()
+    assert sum(a["sizes"] for a in allreduce) == len(rows)
+    assert all(a["catalog_mape"] >= 0 for a in allreduce) and "## Allreduce: nccl-tests on EC2" in out.read_text()
+
+
+def test_allreduce_estimate_on_catalog_links_is_the_ring_formula() -> None:
+    """One nccl-tests row by hand: 8 GPUs of one p4d, ring over NVSwitch at the catalog's rate."""
+    from srifty.catalog import Catalog
+    from srifty.features import hardware_of
+    from srifty.validate import _allreduce_us
+
+    cat = Catalog.default()
+    hw = hardware_of(cat, "p4d.24xlarge")
+    nbytes = 1 << 30
+    want_us = (2 * 7 / 8 * nbytes / (hw.intra.gbytes_per_s * 1e9) + 2 * 7 * hw.intra.latency_us * 1e-6) * 1e6
+    assert _allreduce_us(cat, [("p4d.24xlarge", 1, 8, float(nbytes), 0.0)], None)[0] == pytest.approx(want_us, rel=1e-9)
 
 
 def _cli() -> Any:

@@ -179,10 +179,13 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     if not paths:
         raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
     report = v.ValidationReport()
+    real_jobs = []
     for path in paths:  # each corpus on its own: models of different corpora never share a fold
         jobs = load_corpus([path])
         cat = m.catalog_for_jobs(jobs)
         emulated = all(hardware_of(cat, t).emulated for j in jobs for t in j.instance_types)
+        if not emulated:
+            real_jobs += jobs
         if emulated:
             splits = ("loco", "lomo-1node") if quick else ("loco", "lomo-1node", "loio")
         else:
@@ -190,6 +193,14 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         prefix = f"{Path(path).name}/" if len(paths) > 1 else ""
         v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s, p=prefix: click.echo(p + s, err=True),
                    collectives=load_collectives([path]), prefix=prefix, report=report)
+    checks, comm_notes = [], []
+    if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
+        from srifty.catalog import Catalog
+
+        click.echo("allreduce: nccl-tests rows against the communication model", err=True)
+        cat = Catalog.default()
+        scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
+        checks, comm_notes = v.validate_allreduce(cat, scale)
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
@@ -201,10 +212,12 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
             plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
                 if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(v.render_markdown(report, command, rel, plot_ref))
+        Path(out).write_text(v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes))
     pooled = report.pooled()
     if as_json:
-        click.echo(json.dumps({"splits": pooled, "notes": report.notes}, indent=1))
+        allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
+                      "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}} for c in checks]
+        click.echo(json.dumps({"splits": pooled, "allreduce": allreduce, "notes": report.notes + comm_notes}, indent=1))
         return
     w = max([12] + [len(k) for k in pooled])
     click.echo(f"{'split':<{w}} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
@@ -218,5 +231,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         if best != "model":
             click.echo(f"note: {r.split}/{r.fold}: {best} ({st[best]['mape']:.1f}%) beats the model "
                        f"({st['model']['mape']:.1f}%)", err=True)
-    for n in report.notes:
+    for c in checks:
+        click.echo(f"allreduce {c.instance_type} {c.nodes}x{c.gpus_per_node} ({len(c.sizes)} sizes): MAPE "
+                   + ", ".join(f"{k} {c.mape(k):.1f}%" for k in v.COMM_METHODS))
+    for n in report.notes + comm_notes:
         click.echo(f"note: {n}", err=True)
