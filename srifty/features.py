@@ -41,6 +41,7 @@ EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over 
 TBF_GOODPUT = 1448.0 / 1514.0
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
+EFA_MIN_GBPS = 100  # EFA-capable types at >= 100 Gbps are taken to run NCCL over EFA (aws-ofi-nccl)
 HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
 BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
 
@@ -344,6 +345,8 @@ class Hardware:
     emulated: bool = False
     tf32_tflops: float | None = None
     fp16_tflops: float | None = None  # FP16/BF16 tensor cores, dense
+    intra_kind: str = "pcie"  # "nvlink" (NVLink/NVSwitch) or "pcie": see hardware_of
+    inter_kind: str = "tcp"  # "efa" or "tcp" (ENA); emulated hosts: "tbf"
 
     @property
     def speed(self) -> float | None:
@@ -382,7 +385,8 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
         e = it.emulation
         # the configured tbf rate; LinkScale turns it into goodput (TBF_GOODPUT, or the collectives' fit)
         return Hardware(it.name, it.workers_per_node, Link(EMULATED_INTRA_GBYTES_PER_S, INTRA_LATENCY_US),
-                        Link(e.bandwidth_mbit / 8000.0, e.latency_ms * 1e3), None, None, e.cpu_share, emulated=True)
+                        Link(e.bandwidth_mbit / 8000.0, e.latency_ms * 1e3), None, None, e.cpu_share, emulated=True,
+                        inter_kind="tbf")
     intra_bw, note = _intra_bandwidth(it.intra_node_link, it.intra_node_bandwidth_gbytes_per_s)
     if note:
         notes.append(note)
@@ -394,17 +398,25 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
     return Hardware(it.name, it.workers_per_node, Link(intra_bw, INTRA_LATENCY_US), inter,
                     spec.fp32_tflops if spec else None, spec.memory_bandwidth_gbytes_per_s if spec else None,
                     it.vcpus or None, tuple(notes), tf32_tflops=spec.tf32_tflops_dense if spec else None,
-                    fp16_tflops=spec.fp16_bf16_tensor_tflops_dense if spec else None)
+                    fp16_tflops=spec.fp16_bf16_tensor_tflops_dense if spec else None,
+                    intra_kind="nvlink" if re.match(r"\s*(nvlink|nvswitch)", it.intra_node_link or "", re.I) else "pcie",
+                    inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp")
 
 
 @dataclass(frozen=True)
 class LinkScale:
-    """Achieved fraction of the stated link bandwidth and a latency multiplier (fitted by the
-    communication model on measured runs; 1.0 = the catalog's figures)."""
+    """Achieved fraction of the stated link bandwidth, per kind of link (1.0 = the catalog's
+    figures). TCP networks and PCIe within a node (with a latency multiplier) are fitted by the
+    communication model on measured multi-worker training runs; NVLink/NVSwitch and EFA links
+    keep the catalog's figures, except on instance types with measured allreduces (nccl-tests),
+    which get their own efficiencies (``fast_links``: (type, NVLink efficiency, EFA efficiency)).
+    A figure fitted on one kind of link never stands in for another: one fitted on TCP g4dn
+    clusters put p4d/p5 allreduces at 3-10x their measured time."""
 
-    inter_efficiency: float = 1.0
-    intra_efficiency: float = 1.0
-    latency_factor: float = 1.0
+    inter_efficiency: float = 1.0  # TCP (ENA)
+    intra_efficiency: float = 1.0  # PCIe
+    latency_factor: float = 1.0  # TCP and PCIe latencies
+    fast_links: tuple[tuple[str, float, float], ...] = ()
     # Emulated hosts (tc tbf links) are not scaled by the fitted efficiencies above (those are
     # fitted on real clusters): their goodput is the tbf framing prior or a fit on the
     # allreduce sweeps (srifty.model.fit_emulated_links), with a per-step latency in µs.
@@ -415,8 +427,13 @@ class LinkScale:
         if hw.emulated:
             return replace(hw, inter=Link(hw.inter.gbytes_per_s * self.emulated_goodput,
                                           max(hw.inter.latency_us, self.emulated_latency_us)))
-        return replace(hw, intra=Link(hw.intra.gbytes_per_s * self.intra_efficiency, hw.intra.latency_us * self.latency_factor),
-                       inter=Link(hw.inter.gbytes_per_s * self.inter_efficiency, hw.inter.latency_us * self.latency_factor))
+        measured = next(((nv, efa) for name, nv, efa in self.fast_links if name == hw.name), (1.0, 1.0))
+        intra_eff, intra_lat = ((measured[0], 1.0) if hw.intra_kind == "nvlink"
+                                else (self.intra_efficiency, self.latency_factor))
+        inter_eff, inter_lat = ((measured[1], 1.0) if hw.inter_kind == "efa"
+                                else (self.inter_efficiency, self.latency_factor))
+        return replace(hw, intra=Link(hw.intra.gbytes_per_s * intra_eff, hw.intra.latency_us * intra_lat),
+                       inter=Link(hw.inter.gbytes_per_s * inter_eff, hw.inter.latency_us * inter_lat))
 
 
 # --------------------------------------------------------------------------- features

@@ -114,6 +114,89 @@ def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float,
     return goodput, float(max(alpha_ms * 1e3, 1.0)), len(pts)
 
 
+# --------------------------------------------------------------------------- measured allreduces (nccl-tests)
+
+NCCL_TESTS = ROOT / "data" / "traces" / "nccl_tests_allreduce_aws.csv"
+NCCL_MIN_BYTES = 1 << 20  # DDP's buckets are 1-25 MiB: the bandwidth regime is what matters
+FAST_LINK_GRID = (0.1, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+
+
+@dataclass(frozen=True)
+class AllreduceRow:
+    """One measured allreduce: ``nodes`` × ``gpus_per_node`` GPUs of ``instance_type``."""
+
+    instance_type: str
+    nodes: int
+    gpus_per_node: int
+    nbytes: float
+    us: float
+
+
+def measured_allreduce(path: str | Path = NCCL_TESTS) -> tuple[list[AllreduceRow], list[str]]:
+    """nccl-tests ``all_reduce_perf`` out-of-place rows of at least NCCL_MIN_BYTES whose source
+    states the node count, and notes on what was left out."""
+    import csv
+
+    rows, no_nodes = [], 0
+    if not Path(path).exists():
+        return [], [f"{path}: not found; NVLink/EFA links keep the catalog's figures."]
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["test"] != "all_reduce_perf" or int(r["size_bytes"]) < NCCL_MIN_BYTES:
+                continue
+            if not r["nodes"].strip():
+                no_nodes += 1
+                continue
+            rows.append(AllreduceRow(r["instance_type"], int(r["nodes"]), int(r["gpus_per_node"]),
+                                     float(r["size_bytes"]), float(r["oop_time_us"])))
+    notes = [f"nccl-tests: {no_nodes} rows of at least 1 MiB whose source does not state the node count were "
+             "left out."] if no_nodes else []
+    return rows, notes
+
+
+def allreduce_us(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkScale | None) -> "np.ndarray":
+    """The simulator's allreduce estimate (best of ring and hierarchical) for each row, in µs."""
+    import numpy as np
+
+    from srifty import simulate
+
+    scale = scale or LinkScale()
+    hws: dict[str, Any] = {}
+    out = []
+    for r in rows:
+        if r.instance_type not in hws:
+            hws[r.instance_type] = scale.apply(hardware_of(catalog, r.instance_type))
+        hw = hws[r.instance_type]
+        out.append(simulate.allreduce_ms(r.nbytes, [r.gpus_per_node] * r.nodes, hw.intra, hw.inter) * 1e3)
+    return np.array(out)
+
+
+def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tuple[str, float, float], ...]:
+    """Per instance type with measured allreduces: the NVLink and EFA efficiencies minimising the
+    median absolute log error of the allreduce estimate on that type's rows (types the catalog
+    does not know are skipped; an efficiency the rows cannot tell, e.g. EFA from one-node rows,
+    stays 1.0)."""
+    import numpy as np
+
+    out = []
+    for itype in sorted({r.instance_type for r in rows}):
+        try:
+            catalog.get(itype)
+        except SriftyError:
+            continue
+        mine = [r for r in rows if r.instance_type == itype]
+        y = np.array([r.us for r in mine])
+        best = None
+        for nv in (1.0,) + FAST_LINK_GRID:  # 1.0 first: ties keep the catalog's figure
+            for efa in (1.0,) + FAST_LINK_GRID:
+                err = float(np.median(np.abs(np.log(allreduce_us(catalog, mine, LinkScale(
+                    fast_links=((itype, nv, efa),))) / y))))
+                if best is None or err < best[0] - 1e-9:
+                    best = (err, nv, efa)
+        out.append((itype, best[1], best[2]))
+    return tuple(out)
+
+
 @dataclass
 class CommModel:
     """Achieved link efficiency: fitted on measured multi-worker runs of real clusters (a grid
@@ -128,22 +211,33 @@ class CommModel:
     score_: float | None = None
     n_rows_: int = 0
     n_sweep_points_: int = 0
+    n_allreduce_rows_: int = 0
 
-    def fit(self, jobs: Sequence[JobProfile], catalog: "Catalog",
-            collectives: Sequence[CollectivePoint] = ()) -> "CommModel":
+    def fit(self, jobs: Sequence[JobProfile], catalog: "Catalog", collectives: Sequence[CollectivePoint] = (),
+            allreduce: Sequence[AllreduceRow] = ()) -> "CommModel":
+        """TCP/PCIe efficiencies and latency on the multi-worker runs whose every host has TCP
+        networking and PCIe within the node; NVLink/EFA efficiencies on measured allreduces
+        (``allreduce``: nccl-tests rows, see :func:`measured_allreduce`); emulated links on the
+        sweeps."""
         import numpy as np
 
         goodput, lat_us, self.n_sweep_points_ = fit_emulated_links(collectives)
-        emu = {"emulated_goodput": goodput, "emulated_latency_us": lat_us}
-        emulated_types: dict[str, bool] = {}
+        self.n_allreduce_rows_ = len(allreduce)
+        emu = {"emulated_goodput": goodput, "emulated_latency_us": lat_us,
+               "fast_links": fit_fast_links(catalog, allreduce) if allreduce else ()}
+        kinds: dict[str, bool] = {}
 
-        def is_emulated(r: Run) -> bool:
-            if r.instance_type not in emulated_types:
-                emulated_types[r.instance_type] = hardware_of(catalog, r.instance_type).emulated
-            return emulated_types[r.instance_type]
+        def tcp_pcie(r: Run) -> bool:
+            for t in {g.instance_type for g in run_config(r).groups}:
+                if t not in kinds:
+                    hw = hardware_of(catalog, t)
+                    kinds[t] = not hw.emulated and hw.intra_kind == "pcie" and hw.inter_kind == "tcp"
+                if not kinds[t]:
+                    return False
+            return True
 
         known = [j for j in jobs if j.grad_bytes or j.param_count]
-        pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2 and not is_emulated(r)]
+        pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2 and tcp_pcie(r)]
         if not pairs:
             self.link_scale_, self.score_, self.n_rows_ = LinkScale(**emu), None, 0
             return self
@@ -376,6 +470,10 @@ def corpus_hash(jobs: Sequence[JobProfile]) -> str:
     return h.hexdigest()
 
 
+def allreduce_hash(rows: Sequence[AllreduceRow]) -> str:
+    return hashlib.sha256(json.dumps([asdict(r) for r in rows]).encode()).hexdigest()
+
+
 def library_versions() -> dict[str, str]:
     import numpy
     import sklearn
@@ -401,11 +499,16 @@ class Predictor:
 
     @classmethod
     def train(cls, jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
-              cv_score: dict[str, Any] | None = None, collectives: Sequence[CollectivePoint] = ()) -> "Predictor":
+              cv_score: dict[str, Any] | None = None, collectives: Sequence[CollectivePoint] = (),
+              allreduce: Sequence[AllreduceRow] | None = None) -> "Predictor":
+        """``allreduce``: measured allreduces for the NVLink/EFA efficiencies (default: the
+        shipped nccl-tests rows, :func:`measured_allreduce`)."""
         if not jobs:
             raise ModelError("The training corpus holds no training profiles.",
                              "Give profile files or directories (e.g. profiles/pollux), or import a trace first.")
-        comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog, collectives)
+        if allreduce is None:
+            allreduce = measured_allreduce()[0]
+        comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog, collectives, allreduce)
         table = table_for(jobs, catalog, comm.link_scale_)
         latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms)
         meta = {
@@ -414,7 +517,8 @@ class Predictor:
             "rows": len(table.y_ms), "max_nodes": int(table.X["nodes"].max()),
             "residual_rows": {k: (v.n_rows if v is not None else 0) for k, v in latency.parts_.items()},
             "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
-            "sweep_points": comm.n_sweep_points_,
+            "sweep_points": comm.n_sweep_points_, "allreduce_rows": comm.n_allreduce_rows_,
+            "allreduce_sha256": allreduce_hash(allreduce),
             "link_scale": asdict(comm.link_scale_), "code_version": __version__, "libraries": library_versions(),
             "cv": cv_score or {},
         }
@@ -544,6 +648,7 @@ def save(predictor: Predictor, path: str | Path) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     sio.dump(state, str(tmp))
     card = {"data_sha256": predictor.meta.get("data_sha256"), "features": list(RESIDUAL_FEATURES),
+            "allreduce_sha256": predictor.meta.get("allreduce_sha256"),
             "libraries": predictor.meta.get("libraries", {}), "rows": predictor.meta.get("rows")}
     card_tmp = card_path(target).with_name(f".{card_path(target).name}.tmp")
     card_tmp.write_text(json.dumps(card, indent=1) + "\n")
@@ -631,7 +736,9 @@ def load(path: str | Path) -> Predictor:
     lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
     lm.n_features_in_ = len(RESIDUAL_FEATURES)
     lm.n_rows_ = meta.pop("n_rows")
-    return Predictor(lm, LinkScale(**meta["link_scale"]), meta)
+    link = dict(meta["link_scale"])
+    link["fast_links"] = tuple(tuple(x) for x in link.get("fast_links", ()))
+    return Predictor(lm, LinkScale(**link), meta)
 
 
 def corpus_paths(extra: Sequence[str] = ()) -> list[str]:

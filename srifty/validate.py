@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty.features import CollectivePoint, JobProfile, Run, run_config
-from srifty.model import MIN_RESIDUAL_ROWS, CommModel, LatencyModel, table_for
+from srifty.model import MIN_RESIDUAL_ROWS, NCCL_MIN_BYTES, AllreduceRow, CommModel, LatencyModel, table_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -115,14 +115,14 @@ def fit_pollux(compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray", 
 def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs: Sequence[JobProfile],
              views: dict[str, JobProfile], test_keep: Callable[[JobProfile, Run], bool],
              train_keep: Callable[[JobProfile, Run], bool] | None, catalog: "Catalog", quick: bool,
-             collectives: Sequence[CollectivePoint] = ()) -> SplitResult | None:
+             collectives: Sequence[CollectivePoint] = (), allreduce: Sequence[AllreduceRow] = ()) -> SplitResult | None:
     import numpy as np
 
     train_views = {j.model: j.restricted(lambda r, j=j: train_keep(j, r)) for j in train_jobs} if train_keep else {}
     fit_jobs = [train_views.get(j.model, j) for j in train_jobs]
     comm = CommModel(max_rows=200 if quick else 300,
                      inter_grid=(0.01, 0.03, 0.1, 0.18, 0.32, 0.56, 1.0),
-                     intra_grid=(0.05, 0.2, 0.5, 1.0)).fit(fit_jobs, catalog, collectives)
+                     intra_grid=(0.05, 0.2, 0.5, 1.0)).fit(fit_jobs, catalog, collectives, allreduce)
     tr = table_for(fit_jobs, catalog, comm.link_scale_)
     te = table_for(test_jobs, catalog, comm.link_scale_, keep=test_keep, views=views)
     if len(te.y_ms) == 0 or len(tr.y_ms) < 3:
@@ -156,7 +156,10 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
 def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
              splits: Sequence[str] = ("lomo-1gpu", "lomo-1node", "nodes>4", "loio"),
              progress: Callable[[str], None] | None = None, collectives: Sequence[CollectivePoint] = (),
-             prefix: str = "", report: ValidationReport | None = None) -> ValidationReport:
+             prefix: str = "", report: ValidationReport | None = None,
+             allreduce: Sequence[AllreduceRow] = ()) -> ValidationReport:
+    """``allreduce``: measured allreduces for the NVLink/EFA efficiencies (as the product fits them;
+    never rows of the held-out model, which has none)."""
     report = report if report is not None else ValidationReport()
     say = progress or (lambda _: None)
     first = len(report.results)
@@ -171,14 +174,14 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
                 view = held.restricted((lambda r: r.world_size == 1) if split == "lomo-1gpu" else (lambda r: r.nodes == 1))
                 tested = (lambda j, r: r.world_size >= 2) if split == "lomo-1gpu" else (lambda j, r: r.nodes >= 2)
                 res = run_fold(split, held.model, [j for j in jobs if j is not held], [held], {held.model: view},
-                               tested, None, catalog, quick, collectives)
+                               tested, None, catalog, quick, collectives, allreduce)
                 if res:
                     report.results.append(res)
         elif split == "nodes>4":
             say("nodes>4: training on runs with at most 4 nodes")
             views = {j.model: j.restricted(lambda r: r.nodes <= 4) for j in jobs}
             res = run_fold(split, "all models", jobs, jobs, views, lambda j, r: r.nodes > 4,
-                           lambda j, r: r.nodes <= 4, catalog, quick, collectives)
+                           lambda j, r: r.nodes <= 4, catalog, quick, collectives, allreduce)
             if res:
                 report.results.append(res)
             else:
@@ -194,7 +197,7 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
                 views = {j.model: j.restricted(lambda r, t=t: t not in _types(r)) for j in jobs}
                 sweeps = [p for p in collectives if t not in p.config]
                 res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: t in _types(r),
-                               lambda j, r, t=t: t not in _types(r), catalog, quick, sweeps)
+                               lambda j, r, t=t: t not in _types(r), catalog, quick, sweeps, allreduce)
                 if res:
                     report.results.append(res)
         elif split == "loco":
@@ -211,7 +214,7 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
                 views = {j.model: j.restricted(lambda r, j=j, o=other: o(j, r)) for j in jobs}
                 sweeps = [p for p in collectives if not _same_config(p.config, c)]
                 res = run_fold(split, c, jobs, jobs, views, lambda j, r, o=other: not o(j, r), other,
-                               catalog, quick, sweeps)
+                               catalog, quick, sweeps, allreduce)
                 if res:
                     report.results.append(res)
     for r in report.results[first:]:
@@ -319,9 +322,7 @@ def write_plot(report: ValidationReport, path: str | Path) -> None:
 
 # --------------------------------------------------------------------------- allreduce (nccl-tests)
 
-NCCL_TESTS = Path(__file__).resolve().parent.parent / "data" / "traces" / "nccl_tests_allreduce_aws.csv"
-NCCL_MIN_BYTES = 1 << 20  # DDP's buckets are 1-25 MiB: the bandwidth regime is what matters
-COMM_METHODS = ("fitted", "training-runs", "catalog")
+COMM_METHODS = ("fitted", "catalog", "tcp-pcie-fit")
 
 
 @dataclass
@@ -342,91 +343,47 @@ class AllreduceCheck:
         return float(np.mean(np.abs(self.predicted_us[method] - self.measured_us) / self.measured_us * 100))
 
 
-def read_nccl_tests(path: str | Path = NCCL_TESTS) -> tuple[list[tuple[str, int, int, float, float]], list[str]]:
-    """(instance type, nodes, GPUs per node, bytes, out-of-place µs) rows of at least
-    NCCL_MIN_BYTES, and notes on what was left out."""
-    import csv
-
-    rows, no_nodes = [], 0
-    with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            if r["test"] != "all_reduce_perf" or int(r["size_bytes"]) < NCCL_MIN_BYTES:
-                continue
-            if not r["nodes"].strip():
-                no_nodes += 1
-                continue
-            rows.append((r["instance_type"], int(r["nodes"]), int(r["gpus_per_node"]), float(r["size_bytes"]),
-                         float(r["oop_time_us"])))
-    notes = [f"nccl-tests: {no_nodes} rows of at least 1 MiB whose source does not state the node count were left out."] \
-        if no_nodes else []
-    return rows, notes
-
-
-def _allreduce_us(catalog: "Catalog", rows: Sequence[tuple[str, int, int, float, float]],
-                  scale: Any) -> "np.ndarray":
+def validate_allreduce(catalog: "Catalog", training_scale: Any, rows: Sequence[AllreduceRow],
+                       notes: Sequence[str] = ()) -> tuple[list[AllreduceCheck], list[str]]:
+    """Measured allreduces against three sets of link figures: ``fitted`` = the type's own
+    NVLink/EFA efficiencies, fitted on every other message size of that type and tested on the
+    sizes left out (two folds: alternate sizes); ``catalog`` = the catalog's stated bandwidths;
+    ``tcp-pcie-fit`` = the efficiencies the communication model fits on the corpus's TCP/PCIe
+    training runs (``training_scale``) applied to NVLink and EFA too — what one efficiency for
+    every kind of link would predict."""
     import numpy as np
-
-    from srifty import simulate
-    from srifty.features import LinkScale, hardware_of
-
-    scale = scale or LinkScale()
-    out = []
-    for itype, nodes, gpn, nbytes, _ in rows:
-        hw = scale.apply(hardware_of(catalog, itype))
-        out.append(simulate.allreduce_ms(nbytes, [gpn] * nodes, hw.intra, hw.inter) * 1e3)
-    return np.array(out)
-
-
-def fit_link_scale_on_collectives(catalog: "Catalog", rows: Sequence[tuple[str, int, int, float, float]]) -> Any:
-    """Link efficiencies and latency factor minimising the median absolute log error of the
-    allreduce estimate on measured collectives (the same grid as CommModel)."""
-    import numpy as np
-
-    from srifty.features import LinkScale
-
-    comm = CommModel()
-    y = np.array([r[4] for r in rows])
-    best = None
-    for inter in comm.inter_grid + (1.5, 2.0):
-        for intra in comm.intra_grid:
-            for lat in comm.latency_grid:
-                scale = LinkScale(inter, intra, lat)
-                err = float(np.median(np.abs(np.log(_allreduce_us(catalog, rows, scale) / y))))
-                if best is None or err < best[0]:
-                    best = (err, scale)
-    return best[1]
-
-
-def validate_allreduce(catalog: "Catalog", training_scale: Any, path: str | Path = NCCL_TESTS
-                       ) -> tuple[list[AllreduceCheck], list[str]]:
-    """Leave one instance type out on nccl-tests: ``fitted`` = link figures fitted on the other
-    types' collectives; ``training-runs`` = the communication model's fit on the corpus's
-    multi-worker runs; ``catalog`` = the catalog's stated bandwidths."""
-    import numpy as np
+    from dataclasses import replace
 
     from srifty.errors import SriftyError
+    from srifty.model import allreduce_us, fit_fast_links
 
-    rows, notes = read_nccl_tests(path)
+    notes = list(notes)
     known = []
     for r in rows:
         try:
-            catalog.get(r[0])
+            catalog.get(r.instance_type)
             known.append(r)
         except SriftyError:
-            notes.append(f"nccl-tests: {r[0]} is not in the catalog; its rows were left out.")
-    notes = list(dict.fromkeys(notes))
+            notes.append(f"nccl-tests: {r.instance_type} is not in the catalog; its rows were left out.")
+    base = replace(training_scale, fast_links=())
     checks = []
-    for itype in sorted({r[0] for r in known}):
-        test = [r for r in known if r[0] == itype]
-        train = [r for r in known if r[0] != itype]
-        fitted = fit_link_scale_on_collectives(catalog, train) if train else None
-        for nodes, gpn in sorted({(r[1], r[2]) for r in test}):
-            sub = [r for r in test if (r[1], r[2]) == (nodes, gpn)]
+    for itype in sorted({r.instance_type for r in known}):
+        mine = sorted((r for r in known if r.instance_type == itype), key=lambda r: (r.nodes, r.nbytes))
+        one_for_all = replace(base, fast_links=((itype, training_scale.intra_efficiency,
+                                                 training_scale.inter_efficiency),))
+        held_out = {}
+        for fold in (0, 1):
+            train = [r for i, r in enumerate(mine) if i % 2 != fold]
+            scale = replace(base, fast_links=fit_fast_links(catalog, train)) if train else base
+            test = [r for i, r in enumerate(mine) if i % 2 == fold]
+            held_out.update(zip(test, allreduce_us(catalog, test, scale)))
+        for nodes, gpn in sorted({(r.nodes, r.gpus_per_node) for r in mine}):
+            sub = [r for r in mine if (r.nodes, r.gpus_per_node) == (nodes, gpn)]
             checks.append(AllreduceCheck(
-                itype, nodes, gpn, np.array([r[3] for r in sub]), np.array([r[4] for r in sub]),
-                {"fitted": _allreduce_us(catalog, sub, fitted), "training-runs": _allreduce_us(catalog, sub, training_scale),
-                 "catalog": _allreduce_us(catalog, sub, None)}))
-    return checks, notes
+                itype, nodes, gpn, np.array([r.nbytes for r in sub]), np.array([r.us for r in sub]),
+                {"fitted": np.array([held_out[r] for r in sub]), "catalog": allreduce_us(catalog, sub, None),
+                 "tcp-pcie-fit": allreduce_us(catalog, sub, one_for_all)}))
+    return checks, list(dict.fromkeys(notes))
 
 
 def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> str:
@@ -437,9 +394,12 @@ def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> 
     lines = ["", "## Allreduce: nccl-tests on EC2", "",
              f"`all_reduce_perf` out-of-place times for messages of at least {NCCL_MIN_BYTES >> 20} MiB "
              "(data/traces/nccl_tests_allreduce_aws.csv) against the simulator's allreduce (best of ring and "
-             "hierarchical) with three sets of link figures: `fitted` = fitted on the nccl-tests rows of the "
-             "*other* instance types (leave one type out); `training-runs` = the communication model's fit on the "
-             "multi-worker training runs of the real corpora; `catalog` = the catalog's stated bandwidths.", "",
+             "hierarchical) with three sets of link figures: `fitted` = the type's own NVLink/EFA efficiencies, "
+             "fitted on the other message sizes of that type and tested on the sizes left out (two folds, alternate "
+             "sizes; what srifty uses for a type with measured allreduces); `catalog` = the catalog's stated "
+             "bandwidths (what srifty uses for NVLink/EFA types without them); `tcp-pcie-fit` = the efficiencies "
+             "fitted on the real corpora's TCP/PCIe training runs applied to NVLink and EFA too (one efficiency "
+             "for every kind of link).", "",
              "| instance type | nodes × GPUs | sizes | " + " | ".join(f"{m} MAPE %" for m in COMM_METHODS)
              + " | measured / catalog (median) |",
              "|---|---|---:|" + "---:|" * len(COMM_METHODS) + "---:|"]

@@ -314,6 +314,8 @@ def test_shipped_model_is_current_with_the_shipped_corpus() -> None:
     assert card["features"] == list(m.RESIDUAL_FEATURES), "features changed: run `make model`"
     jobs = load_corpus(m.corpus_paths())
     assert card["data_sha256"] == m.corpus_hash(jobs), "the shipped corpus changed: run `make model`"
+    assert card["allreduce_sha256"] == m.allreduce_hash(m.measured_allreduce()[0]), \
+        "the measured allreduces changed: run `make model`"
     pred = m.load(m.SHIPPED_MODEL)
     assert pred.meta["data_sha256"] == card["data_sha256"] and pred.meta["rows"] == card["rows"]
 
@@ -357,7 +359,8 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     """`srifty validate --quick` (the CI subset): every shipped corpus gets its splits, each split
     is scored on exactly the rows it should hold out, and the report is written."""
     from srifty.features import load_corpus
-    from srifty.validate import METHODS, read_nccl_tests
+    from srifty.model import measured_allreduce
+    from srifty.validate import METHODS
 
     out = tmp_path / "ACCURACY.md"
     res = CliRunner().invoke(_cli(), ["validate", "--quick", "--json", "--out", str(out)])
@@ -376,7 +379,7 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     assert "| lambda/lomo-1gpu |" in out.read_text()
     # the communication model against measured nccl-tests allreduces, one row per type and node count
     allreduce = json.loads(res.stdout)["allreduce"]
-    rows, _ = read_nccl_tests()
+    rows, _ = measured_allreduce()
     assert sum(a["sizes"] for a in allreduce) == len(rows)
     assert all(a["catalog_mape"] >= 0 for a in allreduce) and "## Allreduce: nccl-tests on EC2" in out.read_text()
 
@@ -385,13 +388,23 @@ def test_allreduce_estimate_on_catalog_links_is_the_ring_formula() -> None:
     """One nccl-tests row by hand: 8 GPUs of one p4d, ring over NVSwitch at the catalog's rate."""
     from srifty.catalog import Catalog
     from srifty.features import hardware_of
-    from srifty.validate import _allreduce_us
+    from srifty.model import AllreduceRow, allreduce_us
 
     cat = Catalog.default()
     hw = hardware_of(cat, "p4d.24xlarge")
     nbytes = 1 << 30
     want_us = (2 * 7 / 8 * nbytes / (hw.intra.gbytes_per_s * 1e9) + 2 * 7 * hw.intra.latency_us * 1e-6) * 1e6
-    assert _allreduce_us(cat, [("p4d.24xlarge", 1, 8, float(nbytes), 0.0)], None)[0] == pytest.approx(want_us, rel=1e-9)
+    assert allreduce_us(cat, [AllreduceRow("p4d.24xlarge", 1, 8, float(nbytes), 0.0)], None)[0] == \
+        pytest.approx(want_us, rel=1e-9)
+    # a fitted NVLink efficiency scales the NVSwitch link only; TCP/PCIe figures do not touch it
+    from srifty.features import LinkScale
+
+    half = allreduce_us(cat, [AllreduceRow("p4d.24xlarge", 1, 8, float(nbytes), 0.0)], LinkScale(
+        fast_links=(("p4d.24xlarge", 0.5, 1.0),), intra_efficiency=0.01, inter_efficiency=0.01, latency_factor=10))[0]
+    assert half == pytest.approx((want_us - 2 * 7 * hw.intra.latency_us) * 2 + 2 * 7 * hw.intra.latency_us, rel=1e-9)
+    assert hw.intra_kind == "nvlink" and hw.inter_kind == "efa"
+    g4 = hardware_of(cat, "g4dn.12xlarge")
+    assert g4.intra_kind == "pcie" and g4.inter_kind == "tcp"
 
 
 def _cli() -> Any:
