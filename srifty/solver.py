@@ -1011,8 +1011,12 @@ def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
         elif say:
             say(f"The cached latency model {path} was trained on another corpus or with other library "
                 "versions; training it again.")
+    if path == model_mod.SHIPPED_MODEL:  # never rewrite the installed package: train into the cache
+        from srifty.catalog import cache_dir
+
+        path = cache_dir() / "latency-model.skops"
     if say:
-        say(f"Training the latency model on the shipped corpus once (about a minute); it is saved to {path}.")
+        say(f"Training the latency model on the shipped corpus once (under a minute); it is saved to {path}.")
     pred = model_mod.default_predictor(quick=True)
     model_mod.save(pred, path)
     return pred

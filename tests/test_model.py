@@ -411,3 +411,29 @@ def _cli() -> Any:
     from srifty.cli import cli
 
     return cli
+
+
+def test_a_damaged_shipped_model_is_not_overwritten(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     model_file: Path) -> None:
+    """The shipped model cannot be loaded (damaged): srifty trains into the cache, never into
+    the installed package."""
+    import shutil
+
+    from srifty import model as m
+    from srifty import solver
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    bad = pkg / "latency-model.skops"
+    bad.write_bytes(b"not a zip")
+    shutil.copy(m.card_path(model_file), m.card_path(bad))
+    monkeypatch.setattr(m, "SHIPPED_MODEL", bad)
+    monkeypatch.setattr(m, "installed_versions", lambda: m.read_card(bad)["libraries"])
+    monkeypatch.setattr(m, "default_predictor", lambda quick=False: m.load(model_file))
+    monkeypatch.delenv("SRIFTY_MODEL", raising=False)
+    monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path / "cache"))
+    assert solver.default_model_path() == bad
+    said: list[str] = []
+    assert solver.load_predictor(None, said.append) is not None
+    assert bad.read_bytes() == b"not a zip" and (tmp_path / "cache" / "latency-model.skops").exists()
+    assert any("cannot be used" in s for s in said)
