@@ -378,6 +378,20 @@ def _intra_bandwidth(link_text: str, stated: float | None) -> tuple[float, str |
     return DEFAULT_INTRA_GBYTES_PER_S, f"intra-node bandwidth unknown: assumed {DEFAULT_INTRA_GBYTES_PER_S} GB/s"
 
 
+@lru_cache(maxsize=1)
+def median_gbytes_per_tflop() -> float:
+    """Median memory GB/s per FP32 TFLOPS over the shipped GPU specs that state both. A GPU
+    whose spec lacks its bandwidth (T4g, Radeon Pro V520) would otherwise be compared by FLOPS
+    alone against others' √(FLOPS × GB/s): a 6x error between a T4 and a T4g."""
+    import csv
+
+    path = Path(__file__).resolve().parent / "data" / "gpu_specs.csv"
+    with path.open(newline="") as fh:
+        ratios = sorted(float(r["memory_bandwidth_gbytes_per_s"]) / float(r["fp32_tflops"]) for r in csv.DictReader(fh)
+                        if r.get("memory_bandwidth_gbytes_per_s") and r.get("fp32_tflops"))
+    return ratios[len(ratios) // 2]
+
+
 def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
     it = catalog.get(instance_type)
     notes = []
@@ -395,8 +409,14 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
         notes.append(f"{it.name}: network baseline unknown, used " + (f"'up to' {gbps} Gbps" if gbps else "10 Gbps"))
     inter = Link((gbps or 10.0) / 8.0, INTER_LATENCY_US)
     spec = catalog.gpu_spec(it.gpu_name) if it.gpu_name else None
+    mem_bw = spec.memory_bandwidth_gbytes_per_s if spec else None
+    if spec and spec.fp32_tflops and not mem_bw:  # keep every GPU's speed on one basis (see speed_for)
+        ratio = median_gbytes_per_tflop()
+        mem_bw = spec.fp32_tflops * ratio
+        notes.append(f"{it.gpu_name}: memory bandwidth not stated; imputed {mem_bw:.0f} GB/s from its FP32 TFLOPS "
+                     f"by the median of the GPUs that state both ({ratio:.0f} GB/s per TFLOPS)")
     return Hardware(it.name, it.workers_per_node, Link(intra_bw, INTRA_LATENCY_US), inter,
-                    spec.fp32_tflops if spec else None, spec.memory_bandwidth_gbytes_per_s if spec else None,
+                    spec.fp32_tflops if spec else None, mem_bw,
                     it.vcpus or None, tuple(notes), tf32_tflops=spec.tf32_tflops_dense if spec else None,
                     fp16_tflops=spec.fp16_bf16_tensor_tflops_dense if spec else None,
                     intra_kind="nvlink" if re.match(r"\s*(nvlink|nvswitch)", it.intra_node_link or "", re.I) else "pcie",

@@ -36,6 +36,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Market
@@ -271,6 +272,11 @@ class CachedOracle:
         except OSError:
             pass
         return out
+
+
+# The code whose changes change a cached prediction (part of the prediction cache's key).
+PREDICTION_CODE = tuple(str(Path(__file__).resolve().parent / f)
+                        for f in ("features.py", "simulate.py", "model.py", "solver.py", "data/gpu_specs.csv"))
 
 
 def file_identity(paths: Sequence[Any]) -> list[tuple[str, int, str]]:

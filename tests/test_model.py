@@ -437,3 +437,22 @@ def test_a_damaged_shipped_model_is_not_overwritten(monkeypatch: pytest.MonkeyPa
     assert solver.load_predictor(None, said.append) is not None
     assert bad.read_bytes() == b"not a zip" and (tmp_path / "cache" / "latency-model.skops").exists()
     assert any("cannot be used" in s for s in said)
+
+
+def test_a_gpu_without_a_stated_bandwidth_is_compared_on_the_same_basis() -> None:
+    """T4g's spec states no memory bandwidth: it is imputed from its FLOPS by the median GB/s per
+    TFLOPS of the other GPUs, so a T4g (8.14 TFLOPS) and a T4 (8.1) come out within 20%, not 6x apart."""
+    import csv
+
+    from srifty.catalog import Catalog
+    from srifty.features import hardware_of, median_gbytes_per_tflop
+
+    rows = [r for r in csv.DictReader((ROOT / "srifty/data/gpu_specs.csv").open())
+            if r["memory_bandwidth_gbytes_per_s"] and r["fp32_tflops"]]
+    ratios = sorted(float(r["memory_bandwidth_gbytes_per_s"]) / float(r["fp32_tflops"]) for r in rows)
+    assert median_gbytes_per_tflop() == ratios[len(ratios) // 2]
+    cat = Catalog.default()
+    t4, t4g = hardware_of(cat, "g4dn.xlarge"), hardware_of(cat, "g5g.xlarge")
+    assert 0.8 < t4g.speed_for("fp32") / t4.speed_for("fp32") < 1.25
+    assert t4g.mem_gbytes_per_s == pytest.approx(8.14 * median_gbytes_per_tflop())
+    assert any("imputed" in n for n in t4g.notes) and not any("imputed" in n for n in t4.notes)

@@ -184,7 +184,7 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     model_file = None if model_path == "simulator" else str(model_path or solver.default_model_path())
     identity = {"model": solver.file_identity([model_file]) if model_file else "simulator",
                 "profiles": solver.file_identity(profiles), "catalog": solver.file_identity([cat.path]),
-                "code": "solver-1"}
+                "code": [sha for _, _, sha in solver.file_identity(solver.PREDICTION_CODE)]}
     if model_file and not solver.file_identity([model_file]):
         identity = None  # no model yet: train it (below) and do not cache under a missing file
     probe = solver.ModelOracle(job, model_cat, None)
