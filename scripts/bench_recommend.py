@@ -99,5 +99,6 @@ def main() -> None:
     print(f"end to end `{shown}` first run (empty cache; {how}): {cold:.2f} s")
     print(f"end to end `{shown}` warm (prediction cache hit): {statistics.median(warm):.2f} s median of 3")
 
+
 if __name__ == "__main__":
     main()

@@ -360,8 +360,9 @@ class Evaluator:
                                            self.spec.instance_types[t].bandwidth_mbit))
         return [t, t]
 
-    def cheap_profiles(self) -> tuple[list[Path], float, float]:
-        """Step 1: one host of each type, and an allreduce sweep across two hosts (its path last)."""
+    def cheap_profiles(self) -> tuple[list[Path], Path, float, float]:
+        """Step 1: one host of each type, and an allreduce sweep across two hosts: (profile paths,
+        sweep path, workers' seconds, $)."""
         from srifty.profiling.emulated import config_string
 
         seconds = usd = 0.0
@@ -375,10 +376,9 @@ class Evaluator:
         _, s, _ = self._run(pair, collectives=True)
         seconds += s
         usd += s / 3600 * self._price(pair)
-        paths.append(self.work / "profiles" / "collectives" / f"{config_string(pair)}.json")
-        return paths, seconds, usd
+        return paths, self.work / "profiles" / "collectives" / f"{config_string(pair)}.json", seconds, usd
 
-    def predict(self, cands: list[Candidate], profile_paths: list[Path]) -> dict[str, Any]:
+    def predict(self, cands: list[Candidate], profile_paths: list[Path], sweep: Path) -> dict[str, Any]:
         """Step 2: the latency model, trained without this model's emulated multi-host runs; the
         emulated links fitted on the allreduce sweeps (the corpus's and the one just measured)."""
         from srifty import model as m
@@ -387,13 +387,11 @@ class Evaluator:
         from srifty.configspec import parse_config
         from srifty.features import job_from_profiles, load_collectives, load_corpus
 
-        training = [p for p in profile_paths if p.parent.name != "collectives"]
-        sweeps = [p for p in profile_paths if p.parent.name == "collectives"]
-        job = job_from_profiles(profile_mod.load_many([str(p) for p in training]))
+        job = job_from_profiles(profile_mod.load_many([str(p) for p in profile_paths]))
         paths = m.corpus_paths(self.corpus)
         corpus = [j for j in load_corpus(paths) if j.model != job.model]
         catalog = m.catalog_for_jobs([job], Catalog.from_emulated_spec(self.spec_path))
-        collectives = load_collectives(paths) + load_collectives(sweeps)
+        collectives = load_collectives(paths) + load_collectives([sweep])
         predictor = m.Predictor.train(corpus, m.catalog_for_jobs(corpus), quick=True, collectives=collectives)
         rows = [(parse_config(c.config).resolved(catalog), self.batch_size) for c in cands]
         for c, p in zip(cands, predictor.predict(job, catalog, rows)):
@@ -431,8 +429,8 @@ class Evaluator:
                               "Give --types with smaller CPU shares or a smaller --max-hosts.")
         self.say(f"{len(cands)} configurations in the space ({', '.join(self.types)}; up to {self.max_hosts} hosts, "
                  f"CPU shares within {cores:g} cores)")
-        paths, prof_s, prof_usd = self.cheap_profiles()
-        predictor = self.predict(cands, paths)
+        paths, sweep, prof_s, prof_usd = self.cheap_profiles()
+        predictor = self.predict(cands, paths, sweep)
         oracle_s, oracle_usd = self.measure(cands)
         results = []
         for case in cases:

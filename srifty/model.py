@@ -171,6 +171,18 @@ def allreduce_us(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkSc
     return np.array(out)
 
 
+def rows_in_catalog(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[list[AllreduceRow], list[str]]:
+    """The rows whose instance type the catalog knows, and the (sorted) types it does not."""
+    known_types: dict[str, bool] = {}
+    for t in {r.instance_type for r in rows}:
+        try:
+            catalog.get(t)
+            known_types[t] = True
+        except SriftyError:
+            known_types[t] = False
+    return [r for r in rows if known_types[r.instance_type]], sorted(t for t, ok in known_types.items() if not ok)
+
+
 def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tuple[str, float, float], ...]:
     """Per instance type with measured allreduces: the NVLink and EFA efficiencies minimising the
     median absolute log error of the allreduce estimate on that type's rows (types the catalog
@@ -178,13 +190,10 @@ def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tu
     stays 1.0)."""
     import numpy as np
 
+    known, _ = rows_in_catalog(catalog, rows)
     out = []
-    for itype in sorted({r.instance_type for r in rows}):
-        try:
-            catalog.get(itype)
-        except SriftyError:
-            continue
-        mine = [r for r in rows if r.instance_type == itype]
+    for itype in sorted({r.instance_type for r in known}):
+        mine = [r for r in known if r.instance_type == itype]
         y = np.array([r.us for r in mine])
         best = None
         for nv in (1.0,) + FAST_LINK_GRID:  # 1.0 first: ties keep the catalog's figure
@@ -228,7 +237,7 @@ class CommModel:
         kinds: dict[str, bool] = {}
 
         def tcp_pcie(r: Run) -> bool:
-            for t in {g.instance_type for g in run_config(r).groups}:
+            for t in run_config(r).instance_types:
                 if t not in kinds:
                     hw = hardware_of(catalog, t)
                     kinds[t] = not hw.emulated and hw.intra_kind == "pcie" and hw.inter_kind == "tcp"

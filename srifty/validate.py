@@ -337,10 +337,14 @@ class AllreduceCheck:
     measured_us: "np.ndarray"
     predicted_us: dict[str, "np.ndarray"]
 
-    def mape(self, method: str) -> float:
+    def ape(self, method: str) -> "np.ndarray":
+        """Absolute percentage error of each size."""
         import numpy as np
 
-        return float(np.mean(np.abs(self.predicted_us[method] - self.measured_us) / self.measured_us * 100))
+        return np.abs(self.predicted_us[method] - self.measured_us) / self.measured_us * 100
+
+    def mape(self, method: str) -> float:
+        return float(self.ape(method).mean())
 
 
 def validate_allreduce(catalog: "Catalog", training_scale: Any, rows: Sequence[AllreduceRow],
@@ -354,17 +358,10 @@ def validate_allreduce(catalog: "Catalog", training_scale: Any, rows: Sequence[A
     import numpy as np
     from dataclasses import replace
 
-    from srifty.errors import SriftyError
-    from srifty.model import allreduce_us, fit_fast_links
+    from srifty.model import allreduce_us, fit_fast_links, rows_in_catalog
 
-    notes = list(notes)
-    known = []
-    for r in rows:
-        try:
-            catalog.get(r.instance_type)
-            known.append(r)
-        except SriftyError:
-            notes.append(f"nccl-tests: {r.instance_type} is not in the catalog; its rows were left out.")
+    known, unknown = rows_in_catalog(catalog, rows)
+    notes = list(notes) + [f"nccl-tests: {t} is not in the catalog; its rows were left out." for t in unknown]
     base = replace(training_scale, fast_links=())
     checks = []
     for itype in sorted({r.instance_type for r in known}):
@@ -383,7 +380,7 @@ def validate_allreduce(catalog: "Catalog", training_scale: Any, rows: Sequence[A
                 itype, nodes, gpn, np.array([r.nbytes for r in sub]), np.array([r.us for r in sub]),
                 {"fitted": np.array([held_out[r] for r in sub]), "catalog": allreduce_us(catalog, sub, None),
                  "tcp-pcie-fit": allreduce_us(catalog, sub, one_for_all)}))
-    return checks, list(dict.fromkeys(notes))
+    return checks, notes
 
 
 def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> str:
@@ -407,8 +404,7 @@ def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> 
         ratio = float(np.median(c.measured_us / c.predicted_us["catalog"]))
         lines.append(f"| {c.instance_type} | {c.nodes} × {c.gpus_per_node} | {len(c.sizes)} | "
                      + " | ".join(f"{c.mape(m):.1f}" for m in COMM_METHODS) + f" | {ratio:.2f} |")
-    allm = {m: np.concatenate([np.abs(c.predicted_us[m] - c.measured_us) / c.measured_us * 100 for c in checks])
-            for m in COMM_METHODS}
+    allm = {m: np.concatenate([c.ape(m) for c in checks]) for m in COMM_METHODS}
     lines.append(f"| all | | {len(allm['catalog'])} | " + " | ".join(f"{allm[m].mean():.1f}" for m in COMM_METHODS)
                  + " | |")
     lines += [""] + [f"- {n}" for n in notes]

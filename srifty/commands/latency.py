@@ -180,20 +180,20 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
     report = v.ValidationReport()
     real_jobs = []
+    allreduce, allreduce_notes = m.measured_allreduce()
     for path in paths:  # each corpus on its own: models of different corpora never share a fold
         jobs = load_corpus([path])
         cat = m.catalog_for_jobs(jobs)
         emulated = all(hardware_of(cat, t).emulated for j in jobs for t in j.instance_types)
-        if not emulated:
-            real_jobs += jobs
         if emulated:
             splits = ("loco", "lomo-1node") if quick else ("loco", "lomo-1node", "loio")
         else:
+            real_jobs += jobs
             splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "nodes>4", "loio")
         prefix = f"{Path(path).name}/" if len(paths) > 1 else ""
         v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s, p=prefix: click.echo(p + s, err=True),
                    collectives=load_collectives([path]), prefix=prefix, report=report,
-                   allreduce=() if emulated else m.measured_allreduce()[0])
+                   allreduce=() if emulated else allreduce)
     checks, comm_notes = [], []
     if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
         from srifty.catalog import Catalog
@@ -201,7 +201,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         click.echo("allreduce: nccl-tests rows against the communication model", err=True)
         cat = Catalog.default()
         scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
-        checks, comm_notes = v.validate_allreduce(cat, scale, *m.measured_allreduce())
+        checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
