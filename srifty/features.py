@@ -442,6 +442,11 @@ class LinkScale:
     # allreduce sweeps (srifty.model.fit_emulated_links), with a per-step latency in µs.
     emulated_goodput: float = TBF_GOODPUT
     emulated_latency_us: float = INTER_LATENCY_US
+    # Backward on an emulated host runs 1 + emulated_overlap_slowdown × (hosts − 1) times slower
+    # while an allreduce is in flight: the collective's thread competes for the host's CPU quota
+    # (and the machine's cores), more so the more peers the ring has. Fitted on the emulated
+    # multi-host training runs (CommModel); 0 = overlap is free. See docs/latency-model.md.
+    emulated_overlap_slowdown: float = 0.0
 
     def apply(self, hw: Hardware) -> Hardware:
         if hw.emulated:
@@ -596,7 +601,9 @@ class FeatureBuilder:
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
             sim = simulate.simulate_iteration(compute, buckets, wpn_all, intra, inter,
                                               self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
-                                              optimizer_ms=post)
+                                              optimizer_ms=post, overlap_slowdown=(
+                                                  self.link_scale.emulated_overlap_slowdown * (len(wpn_all) - 1)
+                                                  if all(h.emulated for h in hws) else 0.0))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             notes.append("gradient size unknown: communication not simulated")

@@ -17,7 +17,7 @@ import hashlib
 import json
 import math
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -86,6 +86,7 @@ def table_for(jobs: Sequence[JobProfile], catalog: "Catalog", link_scale: LinkSc
 # --------------------------------------------------------------------------- communication model
 
 
+MIN_OVERLAP_RUNS = 6  # emulated multi-host training runs needed to fit the overlap slowdown
 MIN_SWEEP_BYTES = 256 * 1024  # below this, allreduces on CPU-throttled emulated hosts are mostly scheduler noise
 
 
@@ -215,12 +216,15 @@ class CommModel:
     inter_grid: tuple[float, ...] = tuple(round(10 ** (-2.5 + 0.25 * i), 5) for i in range(11))
     intra_grid: tuple[float, ...] = (0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
     latency_grid: tuple[float, ...] = (1.0, 10.0)
+    # backward's slowdown per ring peer while a collective runs on the same CPU (LinkScale.emulated_overlap_slowdown)
+    overlap_grid: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
     max_rows: int = 600
     link_scale_: LinkScale | None = None
     score_: float | None = None
     n_rows_: int = 0
     n_sweep_points_: int = 0
     n_allreduce_rows_: int = 0
+    n_overlap_runs_: int = 0
 
     def fit(self, jobs: Sequence[JobProfile], catalog: "Catalog", collectives: Sequence[CollectivePoint] = (),
             allreduce: Sequence[AllreduceRow] = ()) -> "CommModel":
@@ -246,6 +250,7 @@ class CommModel:
             return True
 
         known = [j for j in jobs if j.grad_bytes or j.param_count]
+        emu["emulated_overlap_slowdown"] = self._fit_overlap_slowdown(known, catalog, LinkScale(**emu))
         pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2 and tcp_pcie(r)]
         if not pairs:
             self.link_scale_, self.score_, self.n_rows_ = LinkScale(**emu), None, 0
@@ -269,6 +274,32 @@ class CommModel:
         self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu)
         self.n_rows_ = len(pairs)
         return self
+
+    def _fit_overlap_slowdown(self, jobs: Sequence[JobProfile], catalog: "Catalog", scale: LinkScale) -> float:
+        """How much slower backward runs on emulated hosts while an allreduce is in flight, per
+        peer in the ring (LinkScale.emulated_overlap_slowdown): the grid value whose simulated step times of the emulated multi-host training runs have the
+        least spread of log(measured / simulated) around its median (the residual model takes
+        the median). Fewer than MIN_OVERLAP_RUNS such runs: 0 (overlap taken as free)."""
+        import numpy as np
+
+        def emulated(r: Run) -> bool:
+            return r.nodes >= 2 and all(hardware_of(catalog, t).emulated for t in run_config(r).instance_types)
+
+        pairs = [(j, r) for j in jobs for r in j.runs if emulated(r)]
+        self.n_overlap_runs_ = len(pairs)
+        if len(pairs) < MIN_OVERLAP_RUNS:
+            return 0.0
+        y = np.array([r.step_ms for _, r in pairs])
+        best = None
+        for s in self.overlap_grid:
+            ls = replace(scale, emulated_overlap_slowdown=s)
+            builders = {j.model: FeatureBuilder(j, catalog, ls) for j, _ in pairs}
+            r = np.log(y / np.array([builders[j.model].estimate(run_config(run), run.local_batch_size).sim_ms
+                                     for j, run in pairs]))
+            spread = float(np.mean(np.abs(r - np.median(r))))
+            if best is None or spread < best[0] - 1e-9:
+                best = (spread, s)
+        return best[1]
 
 
 # --------------------------------------------------------------------------- the estimator
@@ -657,6 +688,7 @@ def save(predictor: Predictor, path: str | Path) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     sio.dump(state, str(tmp))
     card = {"data_sha256": predictor.meta.get("data_sha256"), "features": list(RESIDUAL_FEATURES),
+            "code_sha256": code_sha256(),
             "allreduce_sha256": predictor.meta.get("allreduce_sha256"),
             "libraries": predictor.meta.get("libraries", {}), "rows": predictor.meta.get("rows")}
     card_tmp = card_path(target).with_name(f".{card_path(target).name}.tmp")
@@ -692,10 +724,26 @@ def installed_versions() -> dict[str, str]:
     return out
 
 
+# The code and data a trained model's answers depend on besides its corpus: a change to any of
+# them makes a saved model stale (its card records their hash).
+MODEL_CODE = tuple(Path(__file__).resolve().parent / f
+                   for f in ("features.py", "simulate.py", "model.py", "data/gpu_specs.csv"))
+
+
+@lru_cache(maxsize=1)
+def code_sha256() -> str:
+    """SHA-256 over MODEL_CODE (simulator, features, model, GPU specs)."""
+    h = hashlib.sha256()
+    for f in MODEL_CODE:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def card_is_current(card: dict[str, Any] | None, data_sha256: str | None = None) -> bool:
     """True when a model with this card loads and answers as if trained here and now: same
-    feature list, same scikit-learn/skops/numpy versions, and (when given) the same corpus."""
-    if not card or card.get("features") != list(RESIDUAL_FEATURES):
+    feature list and model code (MODEL_CODE), same scikit-learn/skops/numpy versions, and (when
+    given) the same corpus."""
+    if not card or card.get("features") != list(RESIDUAL_FEATURES) or card.get("code_sha256") != code_sha256():
         return False
     libs = card.get("libraries") or {}
     if any(libs.get(k) != v for k, v in installed_versions().items()):

@@ -98,14 +98,29 @@ class SimResult:
     exposed_comm_ms: float  # what the overlap leaves after backward
 
 
+def _advance(t: float, work: float, busy_until: float, slowdown: float) -> float:
+    """Time at which ``work`` ms of (alone) compute started at ``t`` ends, when compute runs
+    ``1 + slowdown`` times slower while a collective is in flight (until ``busy_until``)."""
+    if slowdown <= 0 or t >= busy_until:
+        return t + work
+    slow_span = busy_until - t
+    if work * (1 + slowdown) <= slow_span:
+        return t + work * (1 + slowdown)
+    return busy_until + work - slow_span / (1 + slowdown)
+
+
 def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers_per_node: Sequence[int],
                        intra: Link, inter: Link, backward_fraction: float = DEFAULT_BACKWARD_FRACTION,
-                       ready_fractions: Sequence[float] | None = None, optimizer_ms: float = 0.0) -> SimResult:
+                       ready_fractions: Sequence[float] | None = None, optimizer_ms: float = 0.0,
+                       overlap_slowdown: float = 0.0) -> SimResult:
     """One training step: ``compute_ms`` (forward + backward of the slowest worker), buckets
     all-reduced as they become ready during backward, then ``optimizer_ms``.
 
     ``ready_fractions``: when each bucket is ready, as a fraction of backward (0..1); by default
     bucket k of K is ready after (k+1)/K of backward.
+    ``overlap_slowdown``: backward runs ``1 + overlap_slowdown`` times slower while an allreduce
+    is in flight (the collective competes with it for the same processor: on CPU hosts its
+    thread shares the host's cores; 0 = overlap is free).
     """
     fwd = compute_ms * (1.0 - backward_fraction)
     bwd = compute_ms * backward_fraction
@@ -113,11 +128,14 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
     if sum(workers_per_node) <= 1 or k == 0:
         return SimResult(compute_ms + optimizer_ms, compute_ms, 0.0, 0.0)
     fracs = list(ready_fractions) if ready_fractions is not None else [(i + 1) / k for i in range(k)]
-    end = 0.0
-    total = 0.0
+    t, done, end, total = fwd, 0.0, 0.0, 0.0  # t: backward's clock; done: backward's progress (0..1)
     for size, frac in zip(bucket_bytes, fracs):
-        t = allreduce_ms(size, workers_per_node, intra, inter)
-        total += t
-        end = max(end, fwd + bwd * min(max(frac, 0.0), 1.0)) + t
-    step_end = max(compute_ms, end)
+        frac = min(max(frac, 0.0), 1.0)
+        if frac > done:
+            t, done = _advance(t, (frac - done) * bwd, end, overlap_slowdown), frac
+        c = allreduce_ms(size, workers_per_node, intra, inter)
+        total += c
+        end = max(end, t) + c
+    backward_end = _advance(t, (1.0 - done) * bwd, end, overlap_slowdown)
+    step_end = max(backward_end, end)
     return SimResult(step_end + optimizer_ms, compute_ms, total, step_end - compute_ms)

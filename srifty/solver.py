@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
+from srifty.model import MODEL_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -275,8 +276,7 @@ class CachedOracle:
 
 
 # The code whose changes change a cached prediction (part of the prediction cache's key).
-PREDICTION_CODE = tuple(str(Path(__file__).resolve().parent / f)
-                        for f in ("features.py", "simulate.py", "model.py", "solver.py", "data/gpu_specs.csv"))
+PREDICTION_CODE = tuple(str(f) for f in MODEL_CODE) + (str(Path(__file__).resolve()),)
 
 
 def file_identity(paths: Sequence[Any]) -> list[tuple[str, int, str]]:

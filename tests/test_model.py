@@ -50,6 +50,19 @@ def test_overlap_simulation() -> None:
     assert sum(simulate.bucket_layout(60 * 2**20)) == pytest.approx(60 * 2**20)
 
 
+def test_backward_slows_while_an_allreduce_is_in_flight() -> None:
+    link = Link(1.0, 0.0)
+    # forward 40, backward 60; one 20 MB bucket ready halfway through backward (t = 70), 20 ms on
+    # the wire (70..90). Backward runs 2x slower meanwhile: 10 ms of its work in those 20 ms,
+    # the other 20 ms after 90 -> 110 (free overlap: 100).
+    r = simulate.simulate_iteration(100.0, [20e6], [1, 1], link, link, 0.6, [0.5], overlap_slowdown=1.0)
+    assert r.iteration_ms == pytest.approx(110.0)
+    assert simulate.simulate_iteration(100.0, [20e6], [1, 1], link, link, 0.6, [0.5]).iteration_ms == pytest.approx(100.0)
+    # a 50 ms allreduce (70..120): 25 ms of backward's 30 ms of work get done in it, the last 5 after
+    long = simulate.simulate_iteration(100.0, [50e6], [1, 1], link, link, 0.6, [0.5], overlap_slowdown=1.0)
+    assert long.iteration_ms == pytest.approx(125.0)
+
+
 # --------------------------------------------------------------------------- emulated profiles
 
 TYPES = {"emu.small": (0.25, 200.0), "emu.medium": (0.5, 200.0), "emu.cpu": (0.75, 50.0)}
@@ -151,6 +164,28 @@ def test_sweep_fit_recovers_goodput_and_latency() -> None:
     assert goodput == pytest.approx(g, rel=1e-6) and lat_us == pytest.approx(alpha_ms * 1e3, rel=1e-6)
     assert n == sum(p.nbytes >= MIN_SWEEP_BYTES for p in pts)
     assert fit_emulated_links([])[0] == TBF_GOODPUT  # no sweeps: the framing prior
+
+
+def test_overlap_slowdown_fit_recovers_a_planted_value(emu_catalog: Any) -> None:
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, LinkScale
+    from srifty.model import CommModel
+
+    alone = {"emu.small": (100.0, 200.0, 10.0), "emu.medium": (50.0, 100.0, 5.0), "emu.cpu": (40.0, 80.0, 4.0)}
+    singles = [_doc([t], *v, it=sum(v)) for t, v in alone.items()]
+    planted = LinkScale(emulated_overlap_slowdown=0.75)
+    configs = [["emu.small"] * 2, ["emu.small"] * 3, ["emu.small"] * 4, ["emu.medium"] * 2, ["emu.medium"] * 3,
+               ["emu.medium", "emu.small"], ["emu.cpu"] * 2]
+    truth = FeatureBuilder(_job(singles), emu_catalog, planted)
+    docs = singles + [
+        _doc(hosts, 100.0, 200.0, 10.0,
+             it=truth.estimate(parse_config("+".join(f"1x{h}" for h in hosts)).resolved(emu_catalog), 8).sim_ms)
+        for hosts in configs]
+    comm = CommModel().fit([_job(docs)], emu_catalog)
+    assert comm.link_scale_.emulated_overlap_slowdown == pytest.approx(0.75)
+    assert comm.n_overlap_runs_ == len(configs)
+    # too few multi-host runs to tell: overlap is taken as free
+    assert CommModel().fit([_job(docs[:5])], emu_catalog).link_scale_.emulated_overlap_slowdown == 0.0
 
 
 def test_residual_regimes_are_separate() -> None:
