@@ -44,7 +44,7 @@ model:
 
 # Latency-model accuracy on the shipped corpus: writes docs/ACCURACY.md and docs/accuracy.png.
 accuracy:
-	$(BIN)/srifty validate --out docs/ACCURACY.md --plot docs/accuracy.png
+	$(BIN)/srifty validate --out docs/ACCURACY.md --plot docs/accuracy.png --readme README.md
 
 # Benchmark of `srifty recommend` (figures in docs/BENCHMARKS.md)
 bench:

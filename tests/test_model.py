@@ -397,10 +397,24 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     from srifty.model import measured_allreduce
     from srifty.validate import METHODS
 
+    from srifty.validate import README_END, README_START
+
     out = tmp_path / "ACCURACY.md"
-    res = CliRunner().invoke(_cli(), ["validate", "--quick", "--json", "--out", str(out)])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# intro\n\n{README_START}\nold figures\n{README_END}\n\n## after\n")
+    res = CliRunner().invoke(_cli(), ["validate", "--quick", "--json", "--out", str(out), "--readme", str(readme)])
     assert res.exit_code == 0, res.stderr
     splits = json.loads(res.stdout)["splits"]
+    text = readme.read_text()  # the table between the markers is replaced, the rest kept
+    assert text.startswith("# intro\n\n" + README_START) and text.endswith(README_END + "\n\n## after\n")
+    assert "old figures" not in text
+    known = json.loads(res.stdout)["grad_known"]["pollux/lomo-1gpu"]  # models with a stated parameter count only
+    pollux = load_corpus([str(ROOT / "profiles/pollux")])
+    assert known["n"] == sum(1 for j in pollux if j.param_count or j.grad_bytes for r in j.runs if r.world_size >= 2)
+    assert 0 < known["n"] < splits["pollux/lomo-1gpu"]["model"]["n"]
+    assert f"| {known['mape']:.1f} ({known['n']}) |" in text
+    emu = splits["emulated/loco"]
+    assert f"| emulated/loco | {emu['model']['n']} | {emu['model']['mape']:.1f} ({emu['model']['median']:.1f}) |" in text
     assert {"pollux/lomo-1gpu", "pollux/nodes>4", "lambda/lomo-1gpu", "emulated/loco"} <= set(splits)
     for name, corpus in (("pollux", "profiles/pollux"), ("lambda", "profiles/lambda")):
         jobs = load_corpus([str(ROOT / corpus)])
@@ -417,6 +431,15 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     rows, _ = measured_allreduce()
     assert sum(a["sizes"] for a in allreduce) == len(rows)
     assert all(a["catalog_mape"] >= 0 for a in allreduce) and "## Allreduce: nccl-tests on EC2" in out.read_text()
+
+
+def test_validate_refuses_a_readme_without_the_table_markers_before_fitting(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers here\n")
+    res = run_srifty("validate", "--quick", "--readme", str(readme))
+    assert res.returncode != 0 and "no generated accuracy table" in res.stderr and "Traceback" not in res.stderr
+    assert "holding out" not in res.stderr  # refused before any fold ran
+    assert readme.read_text() == "# no markers here\n"
 
 
 def test_allreduce_estimate_on_catalog_links_is_the_ring_formula() -> None:

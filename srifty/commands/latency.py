@@ -162,22 +162,29 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
 Examples:
   srifty validate --quick
   srifty validate profiles/pollux profiles/emulated --out docs/ACCURACY.md --plot docs/accuracy.png
+  srifty validate --out docs/ACCURACY.md --plot docs/accuracy.png --readme README.md
 """)
 @click.argument("corpus", nargs=-1, type=click.Path())
 @click.option("--quick", is_flag=True, help="Smaller fits and fewer splits (lomo-1gpu and nodes>4; emulated: loco and "
               "lomo-1node) (CI, < 3 min).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the Markdown report here (e.g. docs/ACCURACY.md).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a predicted-vs-measured PNG here.")
+@click.option("--readme", type=click.Path(dir_okay=False, exists=True),
+              help="Replace the generated accuracy table in this README (between its marker lines).")
 @click.option("--json", "as_json", is_flag=True, help="Print the pooled figures as JSON.")
-def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, as_json: bool) -> None:
+def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
+                 as_json: bool) -> None:
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
     from srifty import model as m
     from srifty import validate as v
     from srifty.features import hardware_of, load_collectives, load_corpus
+    from srifty.profile import atomic_write_text
 
     paths = m.corpus_paths(corpus)
     if not paths:
         raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
+    if readme:  # no markers: say so before minutes of fitting
+        v.replace_readme_table(Path(readme).read_text(), "")
     report = v.ValidationReport()
     real_jobs = []
     allreduce, allreduce_notes = m.measured_allreduce()
@@ -212,13 +219,17 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         if plot:
             plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
                 if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes))
+        atomic_write_text(out, v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes))
+    if readme:
+        text = Path(readme).read_text()
+        atomic_write_text(readme, v.replace_readme_table(text, v.render_readme_table(report, checks, command)))
     pooled = report.pooled()
     if as_json:
         allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
                       "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}} for c in checks]
-        click.echo(json.dumps({"splits": pooled, "allreduce": allreduce, "notes": report.notes + comm_notes}, indent=1))
+        known = {k: {"mape": mape, "n": n} for k, (mape, n) in report.pooled_grad_known().items()}
+        click.echo(json.dumps({"splits": pooled, "grad_known": known, "allreduce": allreduce,
+                               "notes": report.notes + comm_notes}, indent=1))
         return
     w = max([12] + [len(k) for k in pooled])
     click.echo(f"{'split':<{w}} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
