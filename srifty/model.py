@@ -210,8 +210,9 @@ def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tu
 @dataclass
 class CommModel:
     """Achieved link efficiency: fitted on measured multi-worker runs of real clusters (a grid
-    search minimising the simulator's median absolute log error), and for emulated hosts
-    from the allreduce sweeps (:func:`fit_emulated_links`) — never from the training runs."""
+    search minimising the simulator's median absolute log error); for emulated hosts the link
+    goodput and latency come from the allreduce sweeps (:func:`fit_emulated_links`), never from
+    the training runs, and only the overlap slowdown is fitted on the emulated training runs."""
 
     inter_grid: tuple[float, ...] = tuple(round(10 ** (-2.5 + 0.25 * i), 5) for i in range(11))
     intra_grid: tuple[float, ...] = (0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
@@ -277,9 +278,10 @@ class CommModel:
 
     def _fit_overlap_slowdown(self, jobs: Sequence[JobProfile], catalog: "Catalog", scale: LinkScale) -> float:
         """How much slower backward runs on emulated hosts while an allreduce is in flight, per
-        peer in the ring (LinkScale.emulated_overlap_slowdown): the grid value whose simulated step times of the emulated multi-host training runs have the
-        least spread of log(measured / simulated) around its median (the residual model takes
-        the median). Fewer than MIN_OVERLAP_RUNS such runs: 0 (overlap taken as free)."""
+        peer in the ring (LinkScale.emulated_overlap_slowdown): the grid value whose simulated
+        step times of the emulated multi-host training runs have the least spread of
+        log(measured / simulated) around its median (the residual model takes the median).
+        Fewer than MIN_OVERLAP_RUNS such runs: 0 (overlap taken as free)."""
         import numpy as np
 
         def emulated(r: Run) -> bool:
