@@ -211,10 +211,10 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
                 continue
             for t in types:
                 say(f"loio: holding out {t}")
-                views = {j.model: j.restricted(lambda r, t=t: t not in _types(r)) for j in jobs}
+                views = {j.model: j.restricted(lambda r, t=t: t not in run_config(r).instance_types) for j in jobs}
                 sweeps = [p for p in collectives if t not in p.config]
-                res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: t in _types(r),
-                               lambda j, r, t=t: t not in _types(r), catalog, quick, sweeps, allreduce)
+                res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: t in run_config(r).instance_types,
+                               lambda j, r, t=t: t not in run_config(r).instance_types, catalog, quick, sweeps, allreduce)
                 if res:
                     report.results.append(res)
         elif split == "loco":
@@ -239,10 +239,6 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
     if len(report.results) == first:
         report.notes.append(f"{prefix}No split could be evaluated on the corpus (models: {', '.join(models)}).")
     return report
-
-
-def _types(r: Run) -> set[str]:
-    return {g.instance_type for g in run_config(r).groups}
 
 
 def _same_config(sweep_config: str, config: str) -> bool:
