@@ -41,6 +41,7 @@ EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over 
 TBF_GOODPUT = 1448.0 / 1514.0
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
+LOOSE_PROFILE_CI = 0.05  # a profile whose median step time is known to worse than ±5% (95% CI) is flagged
 EFA_MIN_GBPS = 100  # EFA-capable types at >= 100 Gbps are taken to run NCCL over EFA (aws-ofi-nccl)
 HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
 BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
@@ -76,6 +77,7 @@ class Run:
     sync_ms: float | None = None
     post_ms: float | None = None  # optimizer + other (after the allreduces), when the profile splits it
     config: str | None = None  # the full configuration when it mixes instance types (e.g. 1xemu.medium+1xemu.small)
+    rel_ci: float | None = None  # half-width of the step time's 95% confidence interval / median, when measured
 
     @property
     def mixed(self) -> bool:
@@ -166,18 +168,44 @@ class JobProfile:
             pts = [(r.local_batch_size, r.step_ms) for r in runs if r.world_size == smallest]
         return ComputeCurve.from_points(pts)
 
+    def compute_rel_ci(self, instance_type: str) -> float | None:
+        """The loosest relative 95% CI half-width of the single-worker runs ``instance_type``'s
+        compute is read from (None when no profile states one)."""
+        cis = [r.rel_ci for r in self.runs if r.instance_type == instance_type and not r.mixed
+               and r.world_size == 1 and r.rel_ci is not None]
+        return max(cis) if cis else None
+
     def post_curve(self, instance_type: str) -> ComputeCurve | None:
         """Optimizer + other time per step on ``instance_type`` (single-worker runs that split it)."""
         pts = [(r.local_batch_size, r.post_ms) for r in self.runs
                if r.instance_type == instance_type and not r.mixed and r.world_size == 1 and r.post_ms is not None]
         return ComputeCurve.from_points(pts) if pts else None
 
+    def measured_run(self, config: "ClusterConfig", local_batch_size: int) -> Run | None:
+        """The measured run (the median one) of exactly this configuration and per-worker batch:
+        the same hosts with the same workers each, in any order; None when never run."""
+        def hosts(c: "ClusterConfig") -> tuple[tuple[str, int], ...]:
+            return tuple(sorted((g.instance_type, int(g.workers_per_node or 0))
+                                for g in c.groups for _ in range(g.count)))
+
+        index = self.__dict__.get("_measured_index")
+        if index is None or index[0] != len(self.runs):  # built once (again if runs were added)
+            table: dict[tuple[Any, int], list[Run]] = {}
+            for r in self.runs:
+                table.setdefault((hosts(run_config(r)), r.local_batch_size), []).append(r)
+            index = (len(self.runs), {k: sorted(v, key=lambda r: r.step_ms) for k, v in table.items()})
+            self.__dict__["_measured_index"] = index
+        runs = index[1].get((hosts(config), local_batch_size))
+        return runs[len(runs) // 2] if runs else None
+
     def measured(self, instance_type: str, workers_per_node: Sequence[int], local_batch_size: int) -> float | None:
         """Median measured step time of exactly this placement and batch (placement order ignored)."""
-        key = sorted(workers_per_node)
-        times = sorted(r.step_ms for r in self.runs if r.instance_type == instance_type and not r.mixed
-                       and r.local_batch_size == local_batch_size and sorted(r.workers_per_node) == key)
-        return times[len(times) // 2] if times else None
+        run = self.measured_run(from_placement(instance_type, list(workers_per_node)), local_batch_size)
+        return run.step_ms if run else None
+
+    def measured_rel_ci(self, run: Run) -> float:
+        """A measured run's relative CI half-width when looser than LOOSE_PROFILE_CI, else 0."""
+        return run.rel_ci if run.rel_ci is not None and run.rel_ci > LOOSE_PROFILE_CI else 0.0
 
 
 def _bytes_per_param(precision: str | None) -> int:
@@ -232,8 +260,10 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         if fwd + bwd > 0 and s.get("optimizer_ms"):
             post = float(s["optimizer_ms"]["median"]) + float((s.get("other_ms") or {}).get("median") or 0.0)
             post = min(post, max(it_ms - exposed - fwd - bwd, 0.0)) if it_ms > fwd + bwd else None
+        lo, hi = s["iteration_ms"].get("ci_low"), s["iteration_ms"].get("ci_high")
+        rel_ci = (float(hi) - float(lo)) / 2.0 / it_ms if lo is not None and hi is not None and it_ms > 0 else None
         job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms, exposed,
-                            post, config))
+                            post, config, rel_ci))
         if fwd + bwd > 0 and job.backward_fraction is None:
             job.backward_fraction = bwd / (fwd + bwd)
         buckets = [b for b in (s.get("buckets") or []) if b.get("bytes")]
@@ -464,6 +494,12 @@ class LinkScale:
 # --------------------------------------------------------------------------- features
 
 
+def loose_profile_note(model: str, instance_type: str, rel_ci: float) -> str:
+    """The warning for a prediction built on a profile looser than LOOSE_PROFILE_CI."""
+    return (f"{model}'s profile on {instance_type} knows its step time to ±{rel_ci:.0%} only (95% CI): "
+            "intervals built on it are widened by that; re-profile with a longer --max-seconds")
+
+
 @dataclass
 class RowEstimate:
     features: dict[str, float]
@@ -471,6 +507,8 @@ class RowEstimate:
     compute_ms: float
     transferred: bool
     notes: list[str]
+    compute_rel_ci: float = 0.0  # the loosest measurement behind the compute times used (relative CI half-width)
+    loose_notes: tuple[str, ...] = ()  # the notes (among ``notes``) that say so
 
 
 class FeatureBuilder:
@@ -579,11 +617,19 @@ class FeatureBuilder:
         wpn_all: list[int] = []
         cycles, transferred, notes = [], False, []
         hws = []
+        loosest, loose_notes = 0.0, []
         for g in config.groups:
             hw = self.hardware(g.instance_type)
             hws.append(hw)
             wpn = g.workers_per_node or hw.slots
             wpn_all.extend([wpn] * g.count)
+            ci = self.job.compute_rel_ci(g.instance_type)
+            if ci is not None and ci > LOOSE_PROFILE_CI:
+                loosest = max(loosest, ci)
+                note = loose_profile_note(self.job.model, g.instance_type, ci)
+                if note not in notes:
+                    notes.append(note)
+                    loose_notes.append(note)
             c, t, note = self.compute_ms(g.instance_type, local_batch_size)
             cycles.append((c + self.post_ms(g.instance_type, local_batch_size), c))
             transferred |= t
@@ -636,7 +682,7 @@ class FeatureBuilder:
         }
         for h in hws:
             notes.extend(n for n in h.notes if n not in notes)
-        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes)
+        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes))
 
     def frame(self, rows: Sequence[tuple[ClusterConfig, float]]) -> "pd.DataFrame":
         """Feature table (plus sim_ms, compute_ms, transferred) for many rows, each distinct row once."""

@@ -583,12 +583,17 @@ class Predictor:
             est = fb.estimate(config, b)
             warnings = list(est.notes)
             wpn = config.workers_per_node()
-            measured = job.measured(config.groups[0].instance_type, wpn, int(b)) if not config.is_mixed else None
+            run = job.measured_run(config, int(b))
             world = sum(wpn)
-            if measured is not None:
-                it, interval, source = measured, (measured, measured), "measured"
+            if run is not None:
+                m, ci = run.step_ms, job.measured_rel_ci(run)  # the run's own 95% CI when loose
+                it, interval, source = m, (m * (1 - ci), m * (1 + ci)), "measured"
+                warnings = [w for w in warnings if w not in est.loose_notes]
+                if ci:
+                    warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
             else:
-                it, interval = float(ms[i]), (float(lo[i]), float(hi[i]))
+                widen = est.compute_rel_ci  # a loose profile: its uncertainty on top of the model's
+                it, interval = float(ms[i]), (float(lo[i]) * (1 - widen), float(hi[i]) * (1 + widen))
                 source = "transferred" if est.transferred else "predicted"
                 if sum(wpn) == 1:  # a single worker: the compute curve is the estimate
                     it = est.sim_ms

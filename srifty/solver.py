@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
+from srifty.features import LOOSE_PROFILE_CI, loose_profile_note
 from srifty.model import MODEL_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -173,7 +174,7 @@ class ModelOracle:
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame":
         import numpy as np
 
-        from srifty.configspec import ClusterConfig, NodeGroup
+        from srifty.configspec import ClusterConfig, NodeGroup, from_placement
 
         configs = [(ClusterConfig((NodeGroup(int(n), str(t), int(w)),)), float(b))
                    for t, w, n, b in zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
@@ -191,17 +192,26 @@ class ModelOracle:
         lo, hi = np.minimum(lo, it), np.maximum(hi, it)
         transferred = X["transferred"].to_numpy() > 0.5
         source = np.where(transferred, "transferred", "predicted").astype(object)
-        for i, (t, w, n, b) in enumerate(zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
-                                             rows["local_batch_size"])):
-            if float(b).is_integer():
-                m = self.job.measured(str(t), [int(w)] * int(n), int(b))
-                if m is not None:
-                    it[i] = lo[i] = hi[i] = m
-                    source[i] = "measured"
+        types = rows["instance_type"].to_numpy()
         for t in sorted(set(rows["instance_type"])):
             for note in self.builder.hardware(str(t)).notes:
                 if note not in self.notes:
                     self.notes.append(note)
+            ci = self.job.compute_rel_ci(str(t))
+            if ci is not None and ci > LOOSE_PROFILE_CI:  # a loose profile: its uncertainty on top of the model's
+                mine = types == t
+                lo, hi = np.where(mine, lo * (1 - ci), lo), np.where(mine, hi * (1 + ci), hi)
+                note = loose_profile_note(self.job.model, str(t), ci)
+                if note not in self.notes:
+                    self.notes.append(note)
+        for i, (t, w, n, b) in enumerate(zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
+                                             rows["local_batch_size"])):
+            if float(b).is_integer():
+                run = self.job.measured_run(from_placement(str(t), [int(w)] * int(n)), int(b))
+                if run is not None:  # measured: the point, and the run's own CI when loose
+                    ci = self.job.measured_rel_ci(run)
+                    it[i], lo[i], hi[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci)
+                    source[i] = "measured"
         out = rows.copy()
         out["iteration_ms"] = it
         out["interval_low_ms"] = lo

@@ -116,6 +116,10 @@ def test_profile_reading_and_mixed_config(emu_catalog: Any) -> None:
     assert mixed.mixed and run_config(mixed).format() == "1xemu.medium:1+1xemu.small:1"
     assert job.instance_types == ["emu.medium", "emu.small"]  # a mixed run profiles neither type
     assert job.measured("emu.medium", [1, 1], 8) is None  # ...and is never reported as a homogeneous one
+    # ...but is the measured figure of its own configuration, written in any host order
+    for text in ("1xemu.medium+1xemu.small", "1xemu.small+1xemu.medium"):
+        assert job.measured_run(parse_config(text).resolved(emu_catalog), 8).step_ms == 500.0
+    assert job.measured_run(parse_config("1xemu.medium+2xemu.small").resolved(emu_catalog), 8) is None
 
     fb = FeatureBuilder(job, emu_catalog, LinkScale())
     est = fb.estimate(parse_config("1xemu.medium+1xemu.small").resolved(emu_catalog), 8)
@@ -254,6 +258,44 @@ def model_file(pollux_jobs: list[Any], tmp_path_factory: pytest.TempPathFactory)
     out = tmp_path_factory.mktemp("m") / "m.skops"
     m.save(pred, out)
     return out
+
+
+def test_a_loose_profile_widens_the_interval_and_says_so(model_file: Path, emu_catalog: Any) -> None:
+    from srifty import model as m
+    from srifty.configspec import parse_config
+    from srifty.features import LOOSE_PROFILE_CI
+
+    pred = m.load(model_file)
+
+    def job(ci_ms: float) -> Any:
+        d = _doc(["emu.small"], 100.0, 200.0, 10.0, it=310.0)
+        d["summary"]["iteration_ms"].update(ci_low=310.0 - ci_ms, ci_high=310.0 + ci_ms)
+        return _job([d])
+
+    rows = [(parse_config(c).resolved(emu_catalog), 8) for c in ("1xemu.small", "2xemu.small")]
+    tight, loose = pred.predict(job(3.1), emu_catalog, rows), pred.predict(job(31.0), emu_catalog, rows)
+    ci = 31.0 / 310.0
+    assert 3.1 / 310.0 < LOOSE_PROFILE_CI < ci
+    # measured: the point is kept, the interval is the profile's own CI
+    assert loose[0].source == "measured" and loose[0].iteration_ms == tight[0].iteration_ms == 310.0
+    assert loose[0].interval_ms == pytest.approx((310.0 * (1 - ci), 310.0 * (1 + ci)))
+    assert tight[0].interval_ms == (310.0, 310.0)
+    assert any("measured to ±10% only" in w for w in loose[0].warnings)
+    # predicted: the model's interval, widened by the profile's CI on both sides
+    assert loose[1].iteration_ms == pytest.approx(tight[1].iteration_ms)
+    assert loose[1].interval_ms == pytest.approx((tight[1].interval_ms[0] * (1 - ci), tight[1].interval_ms[1] * (1 + ci)))
+    assert any("±10% only" in w for w in loose[1].warnings) and not any("only (95% CI)" in w for w in tight[1].warnings)
+    # recommend's vectorised path gives the same intervals and the same warning
+    import pandas as pd
+
+    from srifty.solver import ModelOracle
+
+    oracle = ModelOracle(job(31.0), emu_catalog, pred)
+    df = oracle.predict_rows(pd.DataFrame({"instance_type": ["emu.small"] * 2, "workers_per_node": [1, 1],
+                                           "nodes": [1, 2], "local_batch_size": [8, 8]}))
+    for (_, row), want in zip(df.iterrows(), loose):
+        assert (row.interval_low_ms, row.interval_high_ms) == pytest.approx(want.interval_ms)
+    assert any("±10% only" in n for n in oracle.notes)
 
 
 def _predict(*args: str) -> Any:
