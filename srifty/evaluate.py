@@ -243,6 +243,14 @@ class Evaluation:
         """Errors of the configurations that were predicted (not measured while profiling)."""
         return [e for c in self.candidates if c.source != "measured" and (e := c.prediction_error) is not None]
 
+    def interval_hits(self) -> tuple[int, int]:
+        """(predicted configurations whose measured throughput lies in the predicted interval, those with one)."""
+        with_interval = [c for c in self.candidates if c.source != "measured" and c.predicted_interval
+                         and c.measured_samples_per_s]
+        hits = sum(1 for c in with_interval
+                   if c.predicted_interval[0] <= c.measured_samples_per_s <= c.predicted_interval[1])
+        return hits, len(with_interval)
+
     def summary(self) -> dict[str, Any]:
         errs = self.prediction_errors
         from srifty import stats
@@ -253,6 +261,7 @@ class Evaluation:
             "prediction_mape": sum(errs) / len(errs) if errs else None,
             "prediction_median_ape": stats.median(errs) if errs else None,
             "prediction_max_ape": max(errs) if errs else None,
+            "interval_hits": self.interval_hits()[0], "interval_checked": self.interval_hits()[1],
             "profiling_seconds": self.profiling_seconds,
             "oracle_seconds": self.oracle_seconds,
             "profiling_share_of_oracle": self.profiling_seconds / self.oracle_seconds if self.oracle_seconds else None,
@@ -475,7 +484,9 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
         "",
         f"- Prediction error over the {len(ev.prediction_errors)} predicted configurations (the single hosts were "
         f"measured while profiling): MAPE {_pct(s['prediction_mape'])}, "
-        f"median {_pct(s['prediction_median_ape'])}, worst {_pct(s['prediction_max_ape'])}.",
+        f"median {_pct(s['prediction_median_ape'])}, worst {_pct(s['prediction_max_ape'])}; the measured figure lies "
+        f"inside the predicted interval (the model's 5–95% quantiles) for {s['interval_hits']} of "
+        f"{s['interval_checked']}.",
         f"- Cheap profiling: {ev.profiling_seconds:.0f} s (${ev.profiling_usd:.4f} at catalog prices) against "
         f"{ev.oracle_seconds:.0f} s (${ev.oracle_usd:.4f}) to run every configuration: "
         f"{_pct(s['profiling_share_of_oracle'])} of the oracle's time (workers' wall time; hosts' set-up not counted).",

@@ -110,6 +110,7 @@ def test_oracle_is_never_beaten_by_a_feasible_pick(rows, budget) -> None:
 
 def test_report_renders_every_configuration() -> None:
     cands = [_cand("1xemu.small", 0.10, 10, 9), _cand("2xemu.small", 0.20, 25, 16)]
+    cands[0].predicted_interval, cands[1].predicted_interval = (8.0, 12.0), (20.0, 30.0)  # 9 inside, 16 outside
     cases = [ev.CaseResult(ev.Case(budget_per_hour=0.3), cands[1], cands[1], 0.0, "",
                            {"cheapest": {"config": "1xemu.small", "regret": 0.4375, "note": ""}})]
     e = ev.Evaluation("m", "s.py", 16, ["emu.small"], 2, cands, cases, 60.0, 0.01, 600.0, 0.1,
@@ -118,6 +119,8 @@ def test_report_renders_every_configuration() -> None:
     assert "1xemu.small" in text and "2xemu.small" in text and "43.8%" in text
     assert e.summary()["profiling_share_of_oracle"] == pytest.approx(0.1)
     assert e.summary()["prediction_mape"] == pytest.approx((1 / 9 + 9 / 16) / 2)
+    assert (e.summary()["interval_hits"], e.summary()["interval_checked"]) == (1, 2)
+    assert "inside the predicted interval (the model's 5–95% quantiles) for 1 of 2" in text
 
 
 @pytest.mark.slow
