@@ -485,7 +485,7 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
         f"- Prediction error over the {len(ev.prediction_errors)} predicted configurations (the single hosts were "
         f"measured while profiling): MAPE {_pct(s['prediction_mape'])}, "
         f"median {_pct(s['prediction_median_ape'])}, worst {_pct(s['prediction_max_ape'])}; the measured figure lies "
-        f"inside the predicted interval (the model's 5–95% quantiles) for {s['interval_hits']} of "
+        f"inside the predicted 5–95% interval for {s['interval_hits']} of "
         f"{s['interval_checked']}.",
         f"- Cheap profiling: {ev.profiling_seconds:.0f} s (${ev.profiling_usd:.4f} at catalog prices) against "
         f"{ev.oracle_seconds:.0f} s (${ev.oracle_usd:.4f}) to run every configuration: "

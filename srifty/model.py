@@ -322,6 +322,9 @@ class ResidualPart:
     feature_min: "np.ndarray"
     feature_max: "np.ndarray"
     n_rows: int
+    # 5% / 95% quantiles of the log error on groups (models) held out of the fit: how wrong the
+    # centre is on a model it never saw (None: fitted without groups, or fewer than 2 of them)
+    held_out_error: tuple[float, float] | None = None
 
 
 class LatencyModel:
@@ -384,7 +387,12 @@ class LatencyModel:
         if not hasattr(self, "parts_"):
             raise ModelError("This LatencyModel is not fitted yet.", "Call fit(X, y) first (or `srifty fit`).")
 
-    def fit(self, X: "pd.DataFrame", y: Sequence[float]) -> "LatencyModel":
+    def fit(self, X: "pd.DataFrame", y: Sequence[float], groups: Sequence[str] | None = None) -> "LatencyModel":
+        """``groups``: the model (job) of each row. When given, each regime's interval is also
+        calibrated on held-out groups: every group in turn is predicted by a centre model fitted
+        on the others, and the 5%/95% quantiles of those errors bound the interval
+        (:meth:`predict_interval`), because the quantile models, fitted on the training models'
+        own rows, are too narrow for a model never seen."""
         import numpy as np
 
         A = self._check_X(X, fitting=True)
@@ -414,11 +422,26 @@ class LatencyModel:
             with np.errstate(all="ignore"):
                 fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
             n = int(m.sum())
+            held_out = self._held_out_error(Ai, ri, np.asarray(groups, dtype=object)[m]) if groups is not None else None
             self.parts_[name] = ResidualPart(
                 self._hgb().fit(Ai, ri), self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(Ai, ri),
-                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, ri), fmin, fmax, n)
+                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, ri), fmin, fmax, n, held_out)
         self.n_rows_ = len(y)
         return self
+
+    def _held_out_error(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray") -> tuple[float, float] | None:
+        import numpy as np
+
+        names = sorted(set(groups))
+        if len(names) < 2:
+            return None
+        err = np.empty(len(r))
+        for g in names:
+            test = groups == g
+            if (~test).sum() < MIN_RESIDUAL_ROWS:
+                return None
+            err[test] = r[test] - self._hgb().fit(A[~test], r[~test]).predict(A[test])
+        return float(np.quantile(err, self.quantiles[0])), float(np.quantile(err, self.quantiles[1]))
 
     def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
         """(regime, row mask, its part) for the regimes present in X."""
@@ -474,6 +497,9 @@ class LatencyModel:
                 Am = self._A(X, name, m)
                 lo[m] = np.minimum(part.lower.predict(Am), center[m])
                 hi[m] = np.maximum(part.upper.predict(Am), center[m])
+                if part.held_out_error is not None:  # no narrower than the error on unseen models
+                    lo[m] = np.minimum(lo[m], center[m] + part.held_out_error[0])
+                    hi[m] = np.maximum(hi[m], center[m] + part.held_out_error[1])
         outside = np.array([bool(x) for x in self.out_of_range(X)])
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
@@ -552,7 +578,7 @@ class Predictor:
             allreduce = measured_allreduce()[0]
         comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog, collectives, allreduce)
         table = table_for(jobs, catalog, comm.link_scale_)
-        latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms)
+        latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms, groups=table.model)
         meta = {
             "data_sha256": corpus_hash(jobs), "models": [j.model for j in jobs],
             "instance_types": sorted({t for j in jobs for t in j.instance_types}),
@@ -684,7 +710,8 @@ def save(predictor: Predictor, path: str | Path) -> None:
                                                                         "min_samples_leaf", "l2_regularization",
                                                                         "random_state")},
                                  "quantiles": list(lm.quantiles), "n_rows": lm.n_rows_,
-                                 "regimes": {k: (v.n_rows if v is not None else None) for k, v in lm.parts_.items()}}),
+                                 "regimes": {k: (v.n_rows if v is not None else None) for k, v in lm.parts_.items()},
+                                 "held_out_error": {k: v.held_out_error for k, v in lm.parts_.items() if v is not None}}),
     }
     for name, part in lm.parts_.items():
         if part is not None:
@@ -793,10 +820,13 @@ def load(path: str | Path) -> Predictor:
         raise ModelError(f"{p} was written by an older srifty (model format {state.get('version')}).",
                          "Refit it with `srifty fit --out MODEL`.")
     lm.parts_ = {}
+    held_out = meta.pop("held_out_error", {})
     for name, n_rows in meta.pop("regimes").items():
+        err = held_out.get(name)
         lm.parts_[name] = None if n_rows is None else ResidualPart(
             state[f"{name}_model"], state[f"{name}_lower"], state[f"{name}_upper"],
-            np.asarray(state[f"{name}_feature_min"]), np.asarray(state[f"{name}_feature_max"]), int(n_rows))
+            np.asarray(state[f"{name}_feature_min"]), np.asarray(state[f"{name}_feature_max"]), int(n_rows),
+            tuple(err) if err else None)
     lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
     lm.n_features_in_ = len(RESIDUAL_FEATURES)
     lm.n_rows_ = meta.pop("n_rows")

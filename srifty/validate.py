@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty.features import CollectivePoint, JobProfile, Run, run_config
-from srifty.model import MIN_RESIDUAL_ROWS, NCCL_MIN_BYTES, AllreduceRow, CommModel, LatencyModel, table_for
+from srifty.model import MIN_RESIDUAL_ROWS, NCCL_MIN_BYTES, NO_RESIDUAL_HALF_WIDTH, AllreduceRow, CommModel, LatencyModel, table_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -54,6 +54,7 @@ class SplitResult:
     measured: "np.ndarray"
     predicted: dict[str, "np.ndarray"]
     grad_known: "np.ndarray | None" = None  # rows whose gradient size the profile states (not estimated, not unknown)
+    inside: "np.ndarray | None" = None  # rows whose measured time lies in the model's predicted interval
 
     def stats(self) -> dict[str, dict[str, float]]:
         import numpy as np
@@ -79,6 +80,8 @@ class ValidationReport:
                 e = np.concatenate([r.errors[m] for r in rs])
                 out[split][m] = {"mape": float(np.mean(e)), "median": float(np.median(e)),
                                  "p90": float(np.percentile(e, 90)), "n": int(len(e))}
+            if all(r.inside is not None for r in rs):
+                out[split]["model"]["inside_interval"] = float(np.mean(np.concatenate([r.inside for r in rs])))
         return out
 
     def pooled_grad_known(self) -> dict[str, tuple[float, int]]:
@@ -144,9 +147,12 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     if len(te.y_ms) == 0 or len(tr.y_ms) < 3:
         return None
     if len(tr.y_ms) >= MIN_RESIDUAL_ROWS:
-        model_pred = LatencyModel(max_iter=120 if quick else 200).fit(tr.X, tr.y_ms).predict(te.X)
+        lm = LatencyModel(max_iter=120 if quick else 200).fit(tr.X, tr.y_ms, groups=tr.model)
+        model_pred = lm.predict(te.X)
+        lo, hi = lm.predict_interval(te.X)
     else:  # too few training runs for a residual model: the calibrated simulator (as Predictor does)
         model_pred = te.X["sim_ms"].to_numpy(dtype=float)
+        lo, hi = model_pred * np.exp(-NO_RESIDUAL_HALF_WIDTH), model_pred * np.exp(NO_RESIDUAL_HALF_WIDTH)
     # catalog links, uncalibrated (emulated links: the tbf framing prior, no sweep fit)
     raw = table_for(test_jobs, catalog, None, keep=test_keep, views=views)
     y = te.y_ms
@@ -167,7 +173,7 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     }
     errors = {m: np.abs(p - y) / y * 100 for m, p in preds.items()}
     known = te.X["grad_bytes_estimated"].to_numpy(dtype=float) == 0
-    return SplitResult(split, fold, len(y), errors, y, preds, known)
+    return SplitResult(split, fold, len(y), errors, y, preds, known, (lo <= y) & (y <= hi))
 
 
 def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
@@ -280,13 +286,14 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         "(T_compute^γ + T_sync^γ)^(1/γ) fitted on the training rows; `linear` = the slowest worker's "
         "single-worker step time (perfect scaling).",
         "",
-        "| split | rows | method | MAPE % | median % | p90 % |",
-        "|---|---:|---|---:|---:|---:|",
+        "| split | rows | method | MAPE % | median % | p90 % | inside the model's 5–95% interval % |",
+        "|---|---:|---|---:|---:|---:|---:|",
     ]
     for split, ms in pooled.items():
         for m in METHODS:
             s = ms[m]
-            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} |")
+            inside = f"{s['inside_interval'] * 100:.0f}" if "inside_interval" in s else ""
+            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} | {inside} |")
     lines += ["", "Per fold (MAPE %):", "", "| split | fold | rows | " + " | ".join(METHODS) + " | model best? |",
               "|---|---|---:|" + "---:|" * len(METHODS) + "---|"]
     for r in report.results:
@@ -443,8 +450,8 @@ def render_readme_table(report: ValidationReport, checks: Sequence[AllreduceChec
              f"Held-out iteration-time error per split (all folds pooled), from `{command}` on "
              f"{dt.date.today().isoformat()}; every fold in [docs/ACCURACY.md](docs/ACCURACY.md).", "",
              "| split | rows | model MAPE % (median) | simulator MAPE % | best baseline MAPE % | folds the model wins "
-             "| model MAPE % where the gradient size is stated (rows) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| model MAPE % where the gradient size is stated (rows) | rows inside the model's 5–95% interval |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     known = report.pooled_grad_known()
     for split, ms in report.pooled().items():
         base = min((m for m in METHODS if m != "model"), key=lambda m: ms[m]["mape"])
@@ -452,13 +459,14 @@ def render_readme_table(report: ValidationReport, checks: Sequence[AllreduceChec
         wins = sum(min(METHODS, key=lambda m: r.stats()[m]["mape"]) == "model" for r in folds)
         lines.append(f"| {split} | {ms['model']['n']} | {ms['model']['mape']:.1f} ({ms['model']['median']:.1f}) | "
                      f"{ms['simulator']['mape']:.1f} | {ms[base]['mape']:.1f} ({base}) | {wins} of {len(folds)} | "
-                     + (f"{known[split][0]:.1f} ({known[split][1]}) |" if split in known else "all rows |"))
+                     + (f"{known[split][0]:.1f} ({known[split][1]}) |" if split in known else "all rows |")
+                     + (f" {ms['model']['inside_interval']:.0%} |" if "inside_interval" in ms["model"] else " |"))
     if checks:
         ape = {m: np.concatenate([c.ape(m) for c in checks]) for m in COMM_METHODS}
         lines.append(f"| allreduce, nccl-tests on {', '.join(sorted({c.instance_type for c in checks}))} "
                      f"(held-out message sizes) | {len(ape['fitted'])} | {ape['fitted'].mean():.1f} "
                      f"({float(np.median(ape['fitted'])):.1f}) | {ape['catalog'].mean():.1f} (catalog figures) | "
-                     f"{min(ape['catalog'].mean(), ape['tcp-pcie-fit'].mean()):.1f} | | |")
+                     f"{min(ape['catalog'].mean(), ape['tcp-pcie-fit'].mean()):.1f} | | | |")
     return "\n".join(lines + ["", README_END])
 
 

@@ -120,7 +120,7 @@ def test_report_renders_every_configuration() -> None:
     assert e.summary()["profiling_share_of_oracle"] == pytest.approx(0.1)
     assert e.summary()["prediction_mape"] == pytest.approx((1 / 9 + 9 / 16) / 2)
     assert (e.summary()["interval_hits"], e.summary()["interval_checked"]) == (1, 2)
-    assert "inside the predicted interval (the model's 5–95% quantiles) for 1 of 2" in text
+    assert "inside the predicted 5–95% interval for 1 of 2" in text
 
 
 @pytest.mark.slow

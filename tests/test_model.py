@@ -215,6 +215,35 @@ def test_residual_regimes_are_separate() -> None:
     assert lo[0] < 100.0 < hi[0] and lm.out_of_range(few.iloc[:1])[0]
 
 
+def test_interval_is_calibrated_on_held_out_models() -> None:
+    import pandas as pd
+
+    from srifty.features import FEATURES
+    from srifty.model import LatencyModel
+
+    # four models, told apart by one feature, with residuals that do not follow it (log of
+    # 1.0, 1.5, 1.1, 1.3): within its own rows each model is exact, so the quantile models give a
+    # narrow interval; a model never seen can be off by the spread between models
+    n = 40
+    X = pd.DataFrame(np.ones((4 * n, len(FEATURES))), columns=FEATURES)
+    X["comm_to_compute"] = np.repeat([0.5, 1.0, 1.5, 2.0], n)
+    X["emulated"], X["sim_ms"] = 0.0, 100.0
+    y = 100.0 * np.repeat([1.0, 1.5, 1.1, 1.3], n)
+    groups = np.repeat(["a", "b", "c", "d"], n)
+    plain = LatencyModel(max_iter=50, min_samples_leaf=5).fit(X, y)
+    calibrated = LatencyModel(max_iter=50, min_samples_leaf=5).fit(X, y, groups=groups)
+    row = X.iloc[:1]
+    lo_p, hi_p = plain.predict_interval(row)
+    lo_c, hi_c = calibrated.predict_interval(row)
+    assert hi_p[0] / lo_p[0] < 1.1  # the training rows alone: narrow
+    err = calibrated.parts_["real"].held_out_error
+    assert err[0] < -0.1 and err[1] > 0.1  # each model predicted from the other three misses by >10% both ways
+    center = calibrated.predict(row)[0]
+    assert center == pytest.approx(plain.predict(row)[0])  # the centre does not move
+    assert lo_c[0] == pytest.approx(min(lo_p[0], center * np.exp(err[0])))
+    assert hi_c[0] == pytest.approx(max(hi_p[0], center * np.exp(err[1])))
+
+
 # --------------------------------------------------------------------------- Pollux: learned vs baselines
 
 
@@ -353,6 +382,9 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
     rows = [(parse_config("3xg4dn.12xlarge").resolved(cat), 32)]
     again = m.Predictor.train(pollux_jobs, cat, quick=True)
     assert pred.predict(job, cat, rows)[0].iteration_ms == pytest.approx(again.predict(job, cat, rows)[0].iteration_ms)
+    assert pred.predict(job, cat, rows)[0].interval_ms == pytest.approx(again.predict(job, cat, rows)[0].interval_ms)
+    assert pred.latency.parts_["real"].held_out_error == pytest.approx(again.latency.parts_["real"].held_out_error)
+    assert pred.latency.parts_["real"].held_out_error is not None  # the Pollux models are groups
     evil = tmp_path / "evil.skops"
     sio.dump({"format": "srifty-latency-model", "x": Path("/etc/passwd")}, str(evil))
     with pytest.raises(m.ModelError, match="does not trust"):
@@ -455,6 +487,10 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     assert known["n"] == sum(1 for j in pollux if j.param_count or j.grad_bytes for r in j.runs if r.world_size >= 2)
     assert 0 < known["n"] < splits["pollux/lomo-1gpu"]["model"]["n"]
     assert f"| {known['mape']:.1f} ({known['n']}) |" in text
+    # interval coverage: the share of held-out rows inside the model's interval, in the README too
+    lomo = splits["pollux/lomo-1gpu"]["model"]
+    assert 0.0 < lomo["inside_interval"] <= 1.0
+    assert f"| {known['mape']:.1f} ({known['n']}) | {lomo['inside_interval']:.0%} |" in text
     emu = splits["emulated/loco"]
     assert f"| emulated/loco | {emu['model']['n']} | {emu['model']['mape']:.1f} ({emu['model']['median']:.1f}) |" in text
     assert {"pollux/lomo-1gpu", "pollux/nodes>4", "lambda/lomo-1gpu", "emulated/loco"} <= set(splits)
