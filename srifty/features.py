@@ -54,6 +54,11 @@ FEATURES = [
     "emulated", "cpu_load",
 ]
 
+# said of a multi-worker estimate for a job whose gradient size srifty cannot know
+GRADIENT_UNKNOWN_NOTE = ("gradient size unknown: communication not simulated, so the figure is compute alone and "
+                         "the interval spans the slowdowns the training corpus's multi-worker runs showed; give "
+                         "param_count or grad_bytes when importing (srifty profile records them)")
+
 # What the residual model reads: scale-free, model-agnostic quantities only. Absolute sizes
 # (gradient MB, ms per sample, batch) identify the few training models and do not transfer.
 RESIDUAL_FEATURES = [
@@ -652,7 +657,8 @@ class FeatureBuilder:
                                                   if all(h.emulated for h in hws) else 0.0))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
-            notes.append("gradient size unknown: communication not simulated")
+            if sum(wpn_all) > 1:
+                notes.append(GRADIENT_UNKNOWN_NOTE)
         slow = min(hws, key=lambda h: h.speed_for(self.job.precision) or float("inf"))
         compute = step_alone  # features and baselines read the slowest worker's whole step alone
         feats = {

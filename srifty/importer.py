@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from srifty import __version__
 from srifty.errors import SriftyError
@@ -217,8 +217,24 @@ def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
                 "and other_ms holds step - sync time of the reference run."
             ],
         }
+        if not gradient_size_known(rows, param_count, grad_bytes):
+            doc["warnings"].append(unknown_gradient_note(model, itype))
         out[(model, itype)] = doc
     return out
+
+
+def gradient_size_known(rows: Sequence[TraceRow], param_count: int | None, grad_bytes: int | None) -> bool:
+    """Whether srifty can size this job's gradients: stated, or inferable from the sync time of a
+    run with several workers on one node (srifty.features.FeatureBuilder inverts the ring)."""
+    return bool(param_count or grad_bytes) or any(
+        len(r.workers_per_node) == 1 and r.world_size > 1 and r.sync_time_s for r in rows)
+
+
+def unknown_gradient_note(model: str, itype: str) -> str:
+    return (f"{model} on {itype}: no param_count or grad_bytes, and no single-node multi-worker row with "
+            "sync_time_s to infer them from, so srifty cannot simulate its communication: predictions for several "
+            "workers are its compute alone with an interval as wide as the training corpus's slowdowns. Add a "
+            "param_count column value for this model to get real estimates.")
 
 
 @dataclass
@@ -226,6 +242,7 @@ class ImportResult:
     written: list[str]
     rows: int
     bad_rows: list[tuple[int, str]]
+    notes: list[str] = field(default_factory=list)  # what the written profiles cannot support
 
 
 def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False) -> ImportResult:
@@ -233,9 +250,11 @@ def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False) 
     from srifty import profile as profile_mod
 
     trace = read_trace(path, skip_bad=skip_bad)
-    written = []
+    written, notes = [], []
     for (model, itype), doc in build_profiles(trace).items():
         target = Path(out_dir) / model / f"{itype}.json"
         profile_mod.save(doc, target)
         written.append(str(target))
-    return ImportResult(written, len(trace.rows), trace.bad_rows)
+        if unknown_gradient_note(model, itype) in doc["warnings"]:
+            notes.append(unknown_gradient_note(model, itype))
+    return ImportResult(written, len(trace.rows), trace.bad_rows, notes)

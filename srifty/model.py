@@ -325,6 +325,10 @@ class ResidualPart:
     # 5% / 95% quantiles of the log error on groups (models) held out of the fit: how wrong the
     # centre is on a model it never saw (None: fitted without groups, or fewer than 2 of them)
     held_out_error: tuple[float, float] | None = None
+    # 5% / 95% quantiles of log(measured / compute alone) over the multi-worker training runs:
+    # how much slower than its own compute a data-parallel run of this regime has been. It bounds
+    # the interval of a row whose gradient size is unknown (communication not simulated).
+    multi_worker_slowdown: tuple[float, float] | None = None
 
 
 class LatencyModel:
@@ -425,9 +429,24 @@ class LatencyModel:
             held_out = self._held_out_error(Ai, ri, np.asarray(groups, dtype=object)[m]) if groups is not None else None
             self.parts_[name] = ResidualPart(
                 self._hgb().fit(Ai, ri), self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(Ai, ri),
-                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, ri), fmin, fmax, n, held_out)
+                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, ri), fmin, fmax, n, held_out,
+                self._slowdown(X, y, m))
         self.n_rows_ = len(y)
         return self
+
+    def _slowdown(self, X: "pd.DataFrame", y: "np.ndarray", mask: "np.ndarray") -> tuple[float, float] | None:
+        """(5%, 95%) quantiles of log(measured / compute alone) over the rows of ``mask`` with
+        several workers (None without a ``compute_ms`` column or such rows)."""
+        import numpy as np
+
+        if "compute_ms" not in getattr(X, "columns", []):
+            return None
+        compute = np.asarray(X["compute_ms"], dtype=float)
+        multi = mask & (np.asarray(X["world_size"], dtype=float) > 1) & np.isfinite(compute) & (compute > 0)
+        if not multi.any():
+            return None
+        r = np.log(y[multi] / compute[multi])
+        return float(np.quantile(r, self.quantiles[0])), float(np.quantile(r, self.quantiles[1]))
 
     def _held_out_error(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray") -> tuple[float, float] | None:
         import numpy as np
@@ -485,6 +504,14 @@ class LatencyModel:
                 out[i] = [REGIME_FEATURES[name][j] for j in np.nonzero(low[k] | high[k])[0]]
         return out
 
+    @staticmethod
+    def communication_unknown(X: "pd.DataFrame") -> "np.ndarray":
+        """Rows with several workers whose gradient size is unknown (their communication is not
+        simulated, so the simulator's figure is compute alone)."""
+        import numpy as np
+
+        return ~np.isfinite(np.asarray(X["log_grad_mb"], dtype=float)) & (np.asarray(X["world_size"], dtype=float) > 1)
+
     def predict_interval(self, X: "pd.DataFrame") -> tuple["np.ndarray", "np.ndarray"]:
         """(low, high) ms: the quantile models, widened outside the training range."""
         import numpy as np
@@ -500,6 +527,12 @@ class LatencyModel:
                 if part.held_out_error is not None:  # no narrower than the error on unseen models
                     lo[m] = np.minimum(lo[m], center[m] + part.held_out_error[0])
                     hi[m] = np.maximum(hi[m], center[m] + part.held_out_error[1])
+                blind = m & self.communication_unknown(X)
+                if part.multi_worker_slowdown is not None and blind.any():
+                    # no gradient size, so sim_ms is the compute alone: anywhere from there to
+                    # the slowdowns the training corpus's multi-worker runs reached
+                    lo[blind] = np.minimum(lo[blind], part.multi_worker_slowdown[0])
+                    hi[blind] = np.maximum(hi[blind], part.multi_worker_slowdown[1])
         outside = np.array([bool(x) for x in self.out_of_range(X)])
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
@@ -711,7 +744,9 @@ def save(predictor: Predictor, path: str | Path) -> None:
                                                                         "random_state")},
                                  "quantiles": list(lm.quantiles), "n_rows": lm.n_rows_,
                                  "regimes": {k: (v.n_rows if v is not None else None) for k, v in lm.parts_.items()},
-                                 "held_out_error": {k: v.held_out_error for k, v in lm.parts_.items() if v is not None}}),
+                                 "held_out_error": {k: v.held_out_error for k, v in lm.parts_.items() if v is not None},
+                                 "multi_worker_slowdown": {k: v.multi_worker_slowdown for k, v in lm.parts_.items()
+                                                           if v is not None}}),
     }
     for name, part in lm.parts_.items():
         if part is not None:
@@ -821,12 +856,13 @@ def load(path: str | Path) -> Predictor:
                          "Refit it with `srifty fit --out MODEL`.")
     lm.parts_ = {}
     held_out = meta.pop("held_out_error", {})
+    slowdown = meta.pop("multi_worker_slowdown", {})
     for name, n_rows in meta.pop("regimes").items():
-        err = held_out.get(name)
+        err, slow = held_out.get(name), slowdown.get(name)
         lm.parts_[name] = None if n_rows is None else ResidualPart(
             state[f"{name}_model"], state[f"{name}_lower"], state[f"{name}_upper"],
             np.asarray(state[f"{name}_feature_min"]), np.asarray(state[f"{name}_feature_max"]), int(n_rows),
-            tuple(err) if err else None)
+            tuple(err) if err else None, tuple(slow) if slow else None)
     lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
     lm.n_features_in_ = len(RESIDUAL_FEATURES)
     lm.n_rows_ = meta.pop("n_rows")

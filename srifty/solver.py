@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
-from srifty.features import LOOSE_PROFILE_CI, loose_profile_note
-from srifty.model import MODEL_CODE
+from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, loose_profile_note
+from srifty.model import MODEL_CODE, LatencyModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -204,6 +204,8 @@ class ModelOracle:
                 note = loose_profile_note(self.job.model, str(t), ci)
                 if note not in self.notes:
                     self.notes.append(note)
+        if LatencyModel.communication_unknown(X).any() and GRADIENT_UNKNOWN_NOTE not in self.notes:
+            self.notes.append(GRADIENT_UNKNOWN_NOTE)
         for i, (t, w, n, b) in enumerate(zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
                                              rows["local_batch_size"])):
             if float(b).is_integer():

@@ -35,6 +35,41 @@ def test_round_trip(tmp_path: Path) -> None:
     assert job.measured("g4dn.12xlarge", [2, 2], 32) == pytest.approx(150.0)
 
 
+def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + "m1,g4dn.12xlarge,1,32,0.1,,1000\n"     # param_count stated
+                     "m2,p3.8xlarge,1,16,0.1,,\n"
+                     "m2,p3.8xlarge,2+2,16,0.2,0.05,\n"              # sync over two nodes: nothing to invert
+                     "m3,g4dn.12xlarge,1,16,0.1,,\n"
+                     "m3,g4dn.12xlarge,4,16,0.2,0.03,\n")           # one node, four workers: the ring inverts
+    result = import_trace(trace, tmp_path / "out")
+    assert len(result.notes) == 1 and result.notes[0].startswith("m2 on p3.8xlarge:")
+    for model, itype, flagged in (("m1", "g4dn.12xlarge", False), ("m2", "p3.8xlarge", True),
+                                  ("m3", "g4dn.12xlarge", False)):
+        doc = profile_mod.load(tmp_path / f"out/{model}/{itype}.json").doc
+        assert any("no param_count" in w for w in doc["warnings"]) is flagged, model
+    # m3's gradient size is inferred from its single-node sync time, so communication is simulated
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder
+
+    cat = Catalog.default()
+    config = parse_config("2xg4dn.12xlarge").resolved(cat)
+    assert not any("gradient size unknown" in n
+                   for n in FeatureBuilder(load_job(tmp_path / "out/m3"), cat).estimate(config, 16).notes)
+    assert any("gradient size unknown" in n
+               for n in FeatureBuilder(load_job(tmp_path / "out/m2"), cat).estimate(
+                   parse_config("2xp3.8xlarge").resolved(cat), 16).notes)
+    res = run_srifty("import", str(trace), "--out", str(tmp_path / "o"))
+    assert res.returncode == 0 and "warning: m2 on p3.8xlarge: no param_count" in res.stderr
+    assert "m1 on" not in res.stderr and "m3 on" not in res.stderr
+    # and a recommendation built on it says so
+    res = run_srifty("recommend", "--profile", str(tmp_path / "o/m2"), "--model", "simulator",
+                     "--instance-types", "p3.*", "--max-nodes", "2", "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert any(n.startswith("gradient size unknown") for n in json.loads(res.stdout)["notes"])
+
+
 def test_bad_rows_listed_with_line_numbers(tmp_path: Path) -> None:
     trace = tmp_path / "bad.csv"
     trace.write_text(HEADER + "m1,g4dn.12xlarge,1,32,0.1,,\n"

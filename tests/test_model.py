@@ -244,6 +244,42 @@ def test_interval_is_calibrated_on_held_out_models() -> None:
     assert hi_c[0] == pytest.approx(max(hi_p[0], center * np.exp(err[1])))
 
 
+def test_unknown_gradient_size_spans_the_corpus_slowdowns() -> None:
+    import pandas as pd
+
+    from srifty.features import FEATURES
+    from srifty.model import LatencyModel
+
+    # multi-worker training runs 1.2x .. 3x slower than their compute alone: a row whose gradient
+    # size is unknown (sim_ms = compute alone) gets an interval over at least that range
+    n = 60
+    X = pd.DataFrame(np.ones((n, len(FEATURES))), columns=FEATURES)
+    X["emulated"], X["world_size"] = 0.0, 4.0
+    X["compute_ms"] = 100.0
+    X["sim_ms"] = 100.0 * np.linspace(1.1, 1.5, n)
+    y = 100.0 * np.linspace(1.2, 3.0, n)
+    lm = LatencyModel(max_iter=30, min_samples_leaf=5).fit(X, y)
+    q = np.quantile(np.log(y / 100.0), [0.05, 0.95])
+    assert lm.parts_["real"].multi_worker_slowdown == pytest.approx(tuple(q))
+    blind = X.iloc[:1].copy()
+    blind["log_grad_mb"], blind["sim_ms"] = float("nan"), 100.0
+    assert LatencyModel.communication_unknown(blind)[0]
+    lo, hi = lm.predict_interval(blind)
+    assert lo[0] <= 100.0 * np.exp(q[0]) * (1 + 1e-9) and hi[0] >= 100.0 * np.exp(q[1]) * (1 - 1e-9)
+    # a known gradient size, or a single worker, keeps the quantile models' interval
+    known = blind.copy()
+    known["log_grad_mb"] = 1.0
+    single = blind.copy()
+    single["world_size"] = 1.0
+    for row in (known, single):
+        assert not LatencyModel.communication_unknown(row)[0]
+        lo_k, hi_k = lm.predict_interval(row)
+        assert hi_k[0] < 100.0 * np.exp(q[1])
+    # without a compute_ms column there is nothing to learn the slowdown from
+    assert LatencyModel(max_iter=30, min_samples_leaf=5).fit(X.drop(columns="compute_ms"), y) \
+        .parts_["real"].multi_worker_slowdown is None
+
+
 # --------------------------------------------------------------------------- Pollux: learned vs baselines
 
 
@@ -276,6 +312,39 @@ def test_model_beats_baselines_on_held_out_model(pollux_jobs: list[Any]) -> None
         assert st["model"]["mape"] < st[m]["mape"], (m, st)
     # and it never tested on a row it could see: the view has no multi-worker run
     assert all(r.world_size == 1 for r in view.runs)
+
+
+def test_a_model_without_its_gradient_size_gets_a_wide_interval_that_covers(pollux_jobs: list[Any]) -> None:
+    import dataclasses
+
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder
+    from srifty.model import CommModel, LatencyModel, table_for
+
+    # cifar10 held out, and told nothing but its single-GPU runs: no parameter count either
+    cat = Catalog.default()
+    held = next(j for j in pollux_jobs if j.model == "cifar10")
+    train = [j for j in pollux_jobs if j is not held]
+    comm = CommModel(max_rows=150).fit(train, cat)
+    tr = table_for(train, cat, comm.link_scale_)
+    lm = LatencyModel(max_iter=60).fit(tr.X, tr.y_ms, groups=tr.model)
+    blind_view = held.restricted(lambda r: r.world_size == 1, forget_size=True)
+    te = table_for([held], cat, comm.link_scale_, views={held.model: blind_view})
+    assert len(te.y_ms) > 20 and LatencyModel.communication_unknown(te.X).all()
+    lo, hi = lm.predict_interval(te.X)
+    inside = np.mean((te.y_ms >= lo) & (te.y_ms <= hi))
+    # the same model without the corpus's slowdown bound: the quantile models alone
+    narrow = LatencyModel(max_iter=60).fit(tr.X, tr.y_ms, groups=tr.model)
+    narrow.parts_ = {k: v if v is None else dataclasses.replace(v, multi_worker_slowdown=None)
+                     for k, v in narrow.parts_.items()}
+    lo_n, hi_n = narrow.predict_interval(te.X)
+    inside_n = np.mean((te.y_ms >= lo_n) & (te.y_ms <= hi_n))
+    assert (lo <= lo_n * (1 + 1e-9)).all() and (hi >= hi_n * (1 - 1e-9)).all()
+    assert inside > inside_n and inside >= 0.8, (inside, inside_n)
+    # and the prediction says why
+    est = FeatureBuilder(blind_view, cat, comm.link_scale_).estimate(parse_config("2xg4dn.12xlarge").resolved(cat), 32)
+    assert any("gradient size unknown" in n for n in est.notes)
 
 
 @pytest.fixture(scope="module")
@@ -385,6 +454,9 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
     assert pred.predict(job, cat, rows)[0].interval_ms == pytest.approx(again.predict(job, cat, rows)[0].interval_ms)
     assert pred.latency.parts_["real"].held_out_error == pytest.approx(again.latency.parts_["real"].held_out_error)
     assert pred.latency.parts_["real"].held_out_error is not None  # the Pollux models are groups
+    assert pred.latency.parts_["real"].multi_worker_slowdown == pytest.approx(
+        again.latency.parts_["real"].multi_worker_slowdown)
+    assert pred.latency.parts_["real"].multi_worker_slowdown is not None
     evil = tmp_path / "evil.skops"
     sio.dump({"format": "srifty-latency-model", "x": Path("/etc/passwd")}, str(evil))
     with pytest.raises(m.ModelError, match="does not trust"):

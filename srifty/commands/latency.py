@@ -27,7 +27,9 @@ Examples:
 
 Columns: model, instance_type, placement, local_batch_size, step_time_s; optional
 sync_time_s, param_count, grad_bytes, precision. placement = workers per node joined by
-'+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json.
+'+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json. Give param_count (or
+grad_bytes): without it, or a one-node multi-worker row with sync_time_s, communication
+cannot be simulated and multi-worker predictions get a wide interval and a warning.
 """)
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the profiles.")
@@ -41,6 +43,8 @@ def import_cmd(trace: str, out_dir: str, skip_bad: bool) -> None:
         click.echo(f"skipped line {line}: {why}", err=True)
     for path in result.written:
         click.echo(path)
+    for note in result.notes:
+        click.echo(f"warning: {note}", err=True)
     click.echo(f"imported {result.rows} run(s) into {len(result.written)} profile(s)"
                + (f"; skipped {len(result.bad_rows)} bad row(s)" if result.bad_rows else ""), err=True)
 
