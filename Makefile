@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles corpus model accuracy bench evaluate clean
+.PHONY: setup test demo profiles corpus repeatability model accuracy bench evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ clean:
 # Record the emulated-cluster corpus (needs root; under an hour): configs/corpus-grid.yaml
 corpus:
 	$(BIN)/python scripts/make_corpus.py
+
+# How far the emulated corpus moves between sittings (needs root; ~5 min): docs/REPEATABILITY.md
+repeatability:
+	$(BIN)/python scripts/repeatability.py
 
 # The latency model shipped with srifty (srifty/data/latency-model.skops + .card.json), trained on
 # the shipped corpus; rerun after changing the corpus or the features (a test checks it is current).

@@ -68,6 +68,19 @@ def out_path(run: dict) -> Path:
     return base / run["model"] / f"{cfg}-b{run['batch']}.json"
 
 
+def record(run: dict, spec: str, out: Path) -> None:
+    """Record one run of the grid (a training job or an allreduce sweep) into ``out``."""
+    req = ProfileRequest(
+        script=str(ROOT / run["script"]) if run.get("script") else None,
+        batch_size=run.get("batch"), max_seconds=run["max_seconds"], min_iterations=run["min_iterations"],
+        target_rel_ci=run["target_ci"], hosts=run["hosts"], spec=str(ROOT / spec),
+        model_name=None if run["model"] == "collectives" else run["model"],
+        collectives=run["model"] == "collectives", max_bytes=run.get("max_bytes", 64 << 20),
+        repeats=run.get("repeats", 10), startup_timeout=240, hang_timeout=120,
+    )
+    EmulatedBackend().profile(req, str(out))
+
+
 def calibrate_and_annotate(spec_path: Path) -> Path:
     """Measure each host type's CPU factor once and record it in every corpus profile."""
     from dataclasses import asdict
@@ -120,16 +133,8 @@ def main() -> int:
     for i, r in enumerate(todo, 1):
         out = out_path(r)
         t0 = time.monotonic()
-        req = ProfileRequest(
-            script=str(ROOT / r["script"]) if r.get("script") else None,
-            batch_size=r.get("batch"), max_seconds=r["max_seconds"], min_iterations=r["min_iterations"],
-            target_rel_ci=r["target_ci"], hosts=r["hosts"], spec=str(ROOT / grid["spec"]),
-            model_name=None if r["model"] == "collectives" else r["model"],
-            collectives=r["model"] == "collectives", max_bytes=r.get("max_bytes", 64 << 20),
-            repeats=r.get("repeats", 10), startup_timeout=240, hang_timeout=120,
-        )
         try:
-            EmulatedBackend().profile(req, str(out))
+            record(r, grid["spec"], out)
             status = "ok"
         except SriftyError as exc:
             status = f"FAILED: {exc}"
