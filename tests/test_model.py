@@ -581,6 +581,47 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     rows, _ = measured_allreduce()
     assert sum(a["sizes"] for a in allreduce) == len(rows)
     assert all(a["catalog_mape"] >= 0 for a in allreduce) and "## Allreduce: nccl-tests on EC2" in out.read_text()
+    # compute transfer across GPUs on Gavel's single-GPU rows, in the JSON and the report
+    transfer = json.loads(res.stdout)["gpu_transfer"]
+    assert transfer["pairs"] > 20 and "## Compute transfer across GPUs: Gavel" in out.read_text()
+    assert f"| all | {transfer['pairs']} | {transfer['srifty_mape']:.1f} (" in out.read_text()
+    assert f"Gavel K80 ↔ V100 | {transfer['pairs']} | {transfer['srifty_mape']:.1f} (" in text
+
+
+def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
+    import csv
+    import math
+
+    from srifty.catalog import Catalog
+    from srifty.validate import read_gavel, validate_gpu_transfer
+
+    cat = Catalog.default()
+    checks, notes = validate_gpu_transfer(cat)
+    single, multi = read_gavel(ROOT / "data/traces/gavel_throughputs.csv")
+    k80, v100 = cat.gpu_spec("K80"), cat.gpu_spec("V100")
+    speed = {g: math.sqrt(s.fp32_tflops * s.memory_bandwidth_gbytes_per_s) for g, s in (("K80", k80), ("V100", v100))}
+    # ResNet-50 at batch 32: V100's step time predicted from K80's by the √(FLOPS × bandwidth) ratio
+    c = next(c for c in checks if (c.model, c.batch, c.source_gpu, c.target_gpu) == ("ResNet-50", "32", "K80", "V100"))
+    measured_step = 1000.0 / single[("ResNet-50", "32", "V100")]
+    predicted_step = 1000.0 / single[("ResNet-50", "32", "K80")] * speed["K80"] / speed["V100"]
+    assert c.ape("srifty") == pytest.approx(abs(predicted_step / measured_step - 1) * 100)
+    assert c.ape("fp32-flops") == pytest.approx(
+        abs(single[("ResNet-50", "32", "V100")] / single[("ResNet-50", "32", "K80")] / (v100.fp32_tflops / k80.fp32_tflops) - 1) * 100)
+    # every model and batch measured on both GPUs, both ways; P100 has no spec and is said to be left out
+    both = {(m, b) for m, b, g in single if g == "K80"} & {(m, b) for m, b, g in single if g == "V100"}
+    assert len(checks) == 2 * len(both) and any("P100" in n for n in notes)
+    # the multi-GPU rows faster per GPU than alone are counted in the note
+    eff = [v / n / single[(m, b, g)] for (m, b, g, n), v in multi.items() if (m, b, g) in single]
+    assert any(f"{sum(e > 1.05 for e in eff)} of {len(eff)}" in n for n in notes)
+    # a trace with none of the GPUs srifty has specs for: no checks, and it says why
+    path = tmp_path / "g.csv"
+    with open(ROOT / "data/traces/gavel_throughputs.csv", newline="") as fh, open(path, "w", newline="") as out:
+        rows = [r for r in csv.DictReader(fh) if r["gpu_model"] == "P100"]
+        w = csv.DictWriter(out, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    none, why = validate_gpu_transfer(cat, path)
+    assert none == [] and any("P100" in n for n in why)
 
 
 def test_validate_refuses_a_readme_without_the_table_markers_before_fitting(tmp_path: Path) -> None:

@@ -179,8 +179,11 @@ Examples:
 def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
                  as_json: bool) -> None:
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
+    import numpy as np
+
     from srifty import model as m
     from srifty import validate as v
+    from srifty.catalog import Catalog
     from srifty.features import hardware_of, load_collectives, load_corpus
     from srifty.profile import atomic_write_text
 
@@ -207,12 +210,11 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
                    allreduce=() if emulated else allreduce)
     checks, comm_notes = [], []
     if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
-        from srifty.catalog import Catalog
-
         click.echo("allreduce: nccl-tests rows against the communication model", err=True)
         cat = Catalog.default()
         scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
         checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
+    transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs: Gavel
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
@@ -223,17 +225,21 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         if plot:
             plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
                 if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
-        atomic_write_text(out, v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes))
+        atomic_write_text(out, v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes)
+                          + v.render_gpu_transfer(transfer, transfer_notes))
     if readme:
         text = Path(readme).read_text()
-        atomic_write_text(readme, v.replace_readme_table(text, v.render_readme_table(report, checks, command)))
+        atomic_write_text(readme, v.replace_readme_table(text, v.render_readme_table(report, checks, command, transfer)))
     pooled = report.pooled()
     if as_json:
         allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
                       "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}} for c in checks]
         known = {k: {"mape": mape, "n": n} for k, (mape, n) in report.pooled_grad_known().items()}
+        gpu_transfer = {m_: float(np.mean([c.ape(m_) for c in transfer])) for m_ in v.TRANSFER_METHODS} \
+            if transfer else {}
         click.echo(json.dumps({"splits": pooled, "grad_known": known, "allreduce": allreduce,
-                               "notes": report.notes + comm_notes}, indent=1))
+                               "gpu_transfer": {"pairs": len(transfer), **{f"{k}_mape": x for k, x in gpu_transfer.items()}},
+                               "notes": report.notes + comm_notes + transfer_notes}, indent=1))
         return
     w = max([12] + [len(k) for k in pooled])
     click.echo(f"{'split':<{w}} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
@@ -250,5 +256,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     for c in checks:
         click.echo(f"allreduce {c.instance_type} {c.nodes}x{c.gpus_per_node} ({len(c.sizes)} sizes): MAPE "
                    + ", ".join(f"{k} {c.mape(k):.1f}%" for k in v.COMM_METHODS))
-    for n in report.notes + comm_notes:
+    if transfer:
+        click.echo(f"GPU transfer (Gavel, {len(transfer)} pairs): MAPE "
+                   + ", ".join(f"{k} {np.mean([c.ape(k) for c in transfer]):.1f}%" for k in v.TRANSFER_METHODS))
+    for n in report.notes + comm_notes + transfer_notes:
         click.echo(f"note: {n}", err=True)
