@@ -436,27 +436,43 @@ def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> 
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------- compute transfer across GPUs (Gavel)
+# --------------------------------------------------------------------------- compute transfer across GPUs
 
 TRANSFER_METHODS = ("srifty", "fp32-flops", "memory-bandwidth")
 GAVEL_BATCH = re.compile(r"batch size in job name = (\d+)")
 GAVEL_GPUS = re.compile(r"total GPUs=(\d+)")
+# Lambda's compiled tables name GPUs by board; srifty's GPU specs by what EC2 rents (PCIe boards
+# and workstation cards have other figures and no spec row here, so they are left out)
+LAMBDA_GPUS = {"V100-16GB": "V100", "V100-32GB": "V100-32GB", "A100-SXM4-40GB": "A100", "A100-SXM4-80GB": "A100-80GB",
+               "H100-SXM5-80GB": "H100", "H200-SXM-140GB": "H200", "B200-192GB": "B200"}
+
+
+@dataclass(frozen=True)
+class SingleGpuRate:
+    """A model's measured training rate on one GPU. Rates of one ``group`` (same benchmark
+    release, model, precision and, where stated, batch) differ only by the GPU."""
+
+    dataset: str
+    group: tuple[str, ...]
+    gpu: str  # srifty's GPU name (catalog.gpu_spec)
+    precision: str  # srifty's precision name (fp32, tf32, amp)
+    rate: float  # iterations or samples per second
 
 
 @dataclass
 class TransferCheck:
-    """One model and batch size measured alone on two GPU types: the target's step time
+    """One model measured alone on two GPU types: the target's time per step (or per sample)
     predicted from the source's by each method's speed ratio."""
 
-    model: str
-    batch: str
+    dataset: str
+    group: tuple[str, ...]
     source_gpu: str
     target_gpu: str
-    measured_ratio: float  # target speed / source speed, from the two measured step times
+    measured_ratio: float  # target speed / source speed, from the two measured rates
     predicted_ratio: dict[str, float]
 
     def ape(self, method: str) -> float:
-        """Absolute percentage error of the target's predicted step time."""
+        """Absolute percentage error of the target's predicted time."""
         return abs(self.measured_ratio / self.predicted_ratio[method] - 1.0) * 100
 
 
@@ -481,55 +497,102 @@ def read_gavel(path: str | Path) -> tuple[dict[tuple[str, str, str], float], dic
     return single, multi
 
 
-def validate_gpu_transfer(catalog: "Catalog", path: str | Path | None = None) -> tuple[list[TransferCheck], list[str]]:
-    """Gavel's single-GPU throughputs of the same model and batch on several GPU types: how well
-    does a speed ratio from the GPUs' spec sheets transfer a measured step time to another GPU?
-    ``srifty`` = √(FP32 FLOPS × memory bandwidth), what srifty uses for a type it has not profiled
-    (:meth:`srifty.features.Hardware.speed_for`); the baselines take one of the two figures."""
+def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str]]:
+    """Lambda's compiled single-GPU tables: the median over systems of each (release, model,
+    precision, GPU). Releases (2022 v0 tables, v1 on NGC 22.09, v2 on NGC 24.10) are kept apart:
+    their software differs, so only GPUs of one release are compared."""
+    import csv
+    import statistics
+
+    rates: dict[tuple[str, str, str, str, str], list[float]] = {}
+    other = set()
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            gpu = LAMBDA_GPUS.get(r["gpu_model"])
+            if gpu is None or r["gpus_per_node"] != "1":
+                other.add(r["gpu_model"])
+                continue
+            release = "v2" if r["source"].endswith("v2)") else ("v1" if "v1 results" in r["notes"] else "v0")
+            precision = "amp" if r["precision"].startswith("FP16") else "tf32"  # TF32 where the GPU has it
+            key = (release, r["model"], precision, r["throughput_unit"], gpu)
+            rates.setdefault(key, []).append(float(r["throughput_value"]))
+    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v))
+           for (rel, model, prec, unit, gpu), v in sorted(rates.items())]
+    notes = [f"Lambda: {', '.join(sorted(other))} left out (not a GPU srifty has spec figures for)."] if other else []
+    return out, notes
+
+
+def _gavel_rates(path: Path) -> tuple[list[SingleGpuRate], list[str]]:
+    single, multi = read_gavel(path)
+    out = [SingleGpuRate("gavel", (model, batch), gpu, "fp32", rate) for (model, batch, gpu), rate in sorted(single.items())]
+    # the multi-GPU rows, read as iterations/s summed over the workers: per-GPU speed against alone
+    eff = [v / n / single[(m, b, g)] for (m, b, g, n), v in multi.items() if (m, b, g) in single]
+    notes = []
+    if eff:
+        notes.append(f"Gavel's multi-GPU rows (one server) are not used for iteration time: read as iterations/s "
+                     f"summed over the workers, {sum(e > 1.05 for e in eff)} of {len(eff)} run each GPU more than 5% "
+                     f"faster than it runs alone (up to {max(eff):.2f}x), which a data-parallel step at a fixed "
+                     "per-GPU batch should not do, and the rows spread over servers state neither node count nor "
+                     "instance type. Gavel states no precision; FP32 figures are compared.")
+    return out, notes
+
+
+def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
+                          lambda_compiled: str | Path | None = None) -> tuple[list[TransferCheck], list[str]]:
+    """Single-GPU rates of the same model on several GPU types (Gavel: K80, P100, V100; Lambda's
+    compiled tables: V100 … B200): how well does a speed ratio from the spec sheets transfer a
+    measured time to another GPU? ``srifty`` = √(FLOPS of the precision × memory bandwidth), what
+    srifty uses for a type it has not profiled (:meth:`srifty.features.Hardware.speed_for`);
+    ``fp32-flops`` and ``memory-bandwidth`` take one figure."""
     from srifty.features import Hardware
     from srifty.model import ROOT
     from srifty.simulate import Link
 
-    path = Path(path) if path else ROOT / "data" / "traces" / "gavel_throughputs.csv"
-    if not path.exists():
-        return [], [f"{path}: not found; no cross-GPU transfer check."]
-    single, multi = read_gavel(path)
-    gpus = sorted({g for _, _, g in single})
-    specs, notes = {}, []
-    for g in gpus:
+    traces = ROOT / "data" / "traces"
+    rates: list[SingleGpuRate] = []
+    notes: list[str] = []
+    for path, reader in ((Path(gavel) if gavel else traces / "gavel_throughputs.csv", _gavel_rates),
+                         (Path(lambda_compiled) if lambda_compiled else traces / "lambda_compiled_single_gpu.csv",
+                          read_lambda_single_gpu)):
+        if not path.exists():
+            notes.append(f"{path}: not found; no cross-GPU check on it.")
+            continue
+        got, why = reader(path)
+        rates += got
+        notes += why
+    hardware, no_spec = {}, set()
+    for g in sorted({r.gpu for r in rates}):
         spec = catalog.gpu_spec(g)
         if spec is None or not spec.fp32_tflops or not spec.memory_bandwidth_gbytes_per_s:
-            notes.append(f"Gavel: {g} has no FP32 TFLOPS and memory bandwidth in srifty's GPU specs; its rows were "
-                         "left out.")
+            no_spec.add(g)
             continue
-        hw = Hardware(g, 1, Link(1.0, 1.0), Link(1.0, 1.0), spec.fp32_tflops, spec.memory_bandwidth_gbytes_per_s,
-                      None)
-        specs[g] = {"srifty": hw.speed_for("fp32"), "fp32-flops": spec.fp32_tflops,
-                    "memory-bandwidth": spec.memory_bandwidth_gbytes_per_s}
-    checks = []
-    for (model, batch, src), it_s in sorted(single.items()):
-        for dst in specs:
-            if dst == src or src not in specs or (model, batch, dst) not in single:
-                continue
-            checks.append(TransferCheck(model, batch, src, dst, single[(model, batch, dst)] / it_s,
-                                        {m: specs[dst][m] / specs[src][m] for m in TRANSFER_METHODS}))
-    # the multi-GPU rows, read as iterations/s summed over the workers: per-GPU speed against alone
-    eff = [v / n / single[(m, b, g)] for (m, b, g, n), v in multi.items() if (m, b, g) in single]
-    above = [e for e in eff if e > 1.05]
-    if eff:
-        notes.append(f"Gavel's multi-GPU rows (one server) are not used for iteration time: read as iterations/s "
-                     f"summed over the workers, {len(above)} of {len(eff)} run each GPU more than 5% faster than it "
-                     f"runs alone (up to {max(eff):.2f}x), which no data-parallel step at a fixed per-GPU batch does, "
-                     "and the rows spread over servers state neither node count nor instance type.")
-    if checks:
-        spans = []
-        for a, b in sorted({(c.source_gpu, c.target_gpu) for c in checks if c.source_gpu < c.target_gpu}):
-            r = [c.measured_ratio for c in checks if (c.source_gpu, c.target_gpu) == (a, b)]
-            spans.append(f"{b} over {a} {min(r):.2f}x to {max(r):.2f}x")
-        notes.append("Gavel states no precision; FP32 figures are compared. Measured speed ratios of one GPU over "
-                     f"another vary across models and batch sizes ({'; '.join(spans)}), so no one ratio per pair "
-                     "of GPUs can be exact.")
+        hardware[g] = (Hardware(g, 1, Link(1.0, 1.0), Link(1.0, 1.0), spec.fp32_tflops,
+                                spec.memory_bandwidth_gbytes_per_s, None, tf32_tflops=spec.tf32_tflops_dense,
+                                fp16_tflops=spec.fp16_bf16_tensor_tflops_dense), spec)
+    if no_spec:
+        notes.append(f"{', '.join(sorted(no_spec))}: no FP32 TFLOPS and memory bandwidth in srifty's GPU specs; "
+                     "their rows were left out.")
+
+    def predicted(src: SingleGpuRate, dst: SingleGpuRate) -> dict[str, float]:
+        (hs, ss), (hd, sd) = hardware[src.gpu], hardware[dst.gpu]
+        return {"srifty": hd.speed_for(dst.precision) / hs.speed_for(src.precision),
+                "fp32-flops": sd.fp32_tflops / ss.fp32_tflops,
+                "memory-bandwidth": sd.memory_bandwidth_gbytes_per_s / ss.memory_bandwidth_gbytes_per_s}
+
+    groups: dict[tuple[str, tuple[str, ...]], list[SingleGpuRate]] = {}
+    for r in rates:
+        if r.gpu in hardware:
+            groups.setdefault((r.dataset, r.group), []).append(r)
+    checks = [TransferCheck(ds, group, a.gpu, b.gpu, b.rate / a.rate, predicted(a, b))
+              for (ds, group), members in sorted(groups.items()) for a in members for b in members if a.gpu != b.gpu]
     return checks, notes
+
+
+def by_dataset(checks: Sequence[TransferCheck]) -> dict[str, list[TransferCheck]]:
+    out: dict[str, list[TransferCheck]] = {}
+    for c in checks:
+        out.setdefault(c.dataset, []).append(c)
+    return dict(sorted(out.items()))
 
 
 def render_gpu_transfer(checks: Sequence[TransferCheck], notes: Sequence[str]) -> str:
@@ -537,25 +600,32 @@ def render_gpu_transfer(checks: Sequence[TransferCheck], notes: Sequence[str]) -
 
     if not checks:
         return "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
-    lines = ["", "## Compute transfer across GPUs: Gavel single-GPU throughputs", "",
-             "Each model and batch size that Gavel (stanford-futuredata/gavel, "
-             "data/traces/gavel_throughputs.csv) measured alone on two GPU types: the second GPU's step time "
-             "predicted from the first's by a speed ratio. `srifty` = √(FP32 FLOPS × memory bandwidth), what srifty "
-             "uses for an instance type it has not profiled; `fp32-flops` and `memory-bandwidth` use one figure. "
-             "This is the transfer Habitat (11.8% across GPUs) does kernel by kernel.", "",
-             "| source → target | pairs | " + " | ".join(f"{m} MAPE % (median)" for m in TRANSFER_METHODS)
-             + " | measured ratio (min–max) |",
-             "|---|---:|" + "---:|" * len(TRANSFER_METHODS) + "---|"]
-    pairs = sorted({(c.source_gpu, c.target_gpu) for c in checks})
-    for src, dst in pairs + [("all", "all")]:
-        sub = [c for c in checks if (src, dst) in (("all", "all"), (c.source_gpu, c.target_gpu))]
+    lines = ["", "## Compute transfer across GPUs: single-GPU rates from Gavel and Lambda", "",
+             "Each model that Gavel (K80, V100; data/traces/gavel_throughputs.csv) or Lambda's compiled benchmark "
+             "tables (V100 to B200, within one benchmark release; data/traces/lambda_compiled_single_gpu.csv) "
+             "measured alone on two GPU types: the second GPU's time per step (Gavel, same batch) or per sample "
+             "(Lambda, each GPU at its own batch) predicted from the first's by a speed ratio. `srifty` = √(FLOPS "
+             "of the job's precision × memory bandwidth), what srifty uses for an instance type it has not "
+             "profiled; `fp32-flops` and `memory-bandwidth` use one figure. Habitat (11.8% across GPUs) does this "
+             "transfer kernel by kernel.", "",
+             "| data | source → target | transfers | " + " | ".join(f"{m} MAPE % (median)" for m in TRANSFER_METHODS)
+             + " | measured speed ratio (min–max) |",
+             "|---|---|---:|" + "---:|" * len(TRANSFER_METHODS) + "---|"]
+
+    def row(label: str, pair: str, sub: Sequence[TransferCheck], span: bool = True) -> str:
         cells = []
         for m in TRANSFER_METHODS:
             e = np.array([c.ape(m) for c in sub])
             cells.append(f"{e.mean():.1f} ({np.median(e):.1f})")
         r = [c.measured_ratio for c in sub]
-        label, span = ("all", "") if src == "all" else (f"{src} → {dst}", f"{min(r):.2f}–{max(r):.2f}")
-        lines.append(f"| {label} | {len(sub)} | " + " | ".join(cells) + f" | {span} |")
+        return (f"| {label} | {pair} | {len(sub)} | " + " | ".join(cells)
+                + (f" | {min(r):.2f}–{max(r):.2f} |" if span else " | |"))
+
+    for ds, mine in by_dataset(checks).items():
+        for src, dst in sorted({(c.source_gpu, c.target_gpu) for c in mine}):
+            lines.append(row(ds, f"{src} → {dst}", [c for c in mine if (c.source_gpu, c.target_gpu) == (src, dst)]))
+        lines.append(row(ds, "all", mine, span=False))
+    lines.append(row("all", "all", checks, span=False))
     lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
@@ -593,11 +663,11 @@ def render_readme_table(report: ValidationReport, checks: Sequence[AllreduceChec
                      f"(held-out message sizes) | {len(ape['fitted'])} | {ape['fitted'].mean():.1f} "
                      f"({float(np.median(ape['fitted'])):.1f}) | {ape['catalog'].mean():.1f} (catalog figures) | "
                      f"{min(ape['catalog'].mean(), ape['tcp-pcie-fit'].mean()):.1f} | | | |")
-    if transfer:
-        ape = {m: np.array([c.ape(m) for c in transfer]) for m in TRANSFER_METHODS}
+    for ds, mine in by_dataset(transfer).items():
+        ape = {m: np.array([c.ape(m) for c in mine]) for m in TRANSFER_METHODS}
         best = min(TRANSFER_METHODS[1:], key=lambda m: ape[m].mean())
-        gpus = sorted({c.source_gpu for c in transfer})
-        lines.append(f"| single-GPU compute transferred across GPUs, Gavel {' ↔ '.join(gpus)} | {len(transfer)} | "
+        gpus = sorted({c.source_gpu for c in mine})
+        lines.append(f"| single-GPU compute transferred across GPUs, {ds} ({', '.join(gpus)}) | {len(mine)} | "
                      f"{ape['srifty'].mean():.1f} ({float(np.median(ape['srifty'])):.1f}) | | "
                      f"{ape[best].mean():.1f} ({best}) | | | |")
     return "\n".join(lines + ["", README_END])

@@ -583,14 +583,17 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     assert all(a["catalog_mape"] >= 0 for a in allreduce) and "## Allreduce: nccl-tests on EC2" in out.read_text()
     # compute transfer across GPUs on Gavel's single-GPU rows, in the JSON and the report
     transfer = json.loads(res.stdout)["gpu_transfer"]
-    assert transfer["pairs"] > 20 and "## Compute transfer across GPUs: Gavel" in out.read_text()
-    assert f"| all | {transfer['pairs']} | {transfer['srifty_mape']:.1f} (" in out.read_text()
-    assert f"Gavel K80 ↔ V100 | {transfer['pairs']} | {transfer['srifty_mape']:.1f} (" in text
+    assert set(transfer) == {"gavel", "lambda"} and "## Compute transfer across GPUs" in out.read_text()
+    for ds, t in transfer.items():
+        assert t["transfers"] > 20
+        assert f"| {ds} | all | {t['transfers']} | {t['srifty_mape']:.1f} (" in out.read_text()
+        assert f"across GPUs, {ds} (" in text and f"| {t['transfers']} | {t['srifty_mape']:.1f} (" in text
 
 
 def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
     import csv
     import math
+    import statistics
 
     from srifty.catalog import Catalog
     from srifty.validate import read_gavel, validate_gpu_transfer
@@ -600,19 +603,38 @@ def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
     single, multi = read_gavel(ROOT / "data/traces/gavel_throughputs.csv")
     k80, v100 = cat.gpu_spec("K80"), cat.gpu_spec("V100")
     speed = {g: math.sqrt(s.fp32_tflops * s.memory_bandwidth_gbytes_per_s) for g, s in (("K80", k80), ("V100", v100))}
-    # ResNet-50 at batch 32: V100's step time predicted from K80's by the √(FLOPS × bandwidth) ratio
-    c = next(c for c in checks if (c.model, c.batch, c.source_gpu, c.target_gpu) == ("ResNet-50", "32", "K80", "V100"))
+    # Gavel, ResNet-50 at batch 32: V100's step time predicted from K80's by the √(FLOPS × bandwidth) ratio
+    c = next(c for c in checks if (c.dataset, c.group, c.source_gpu, c.target_gpu)
+             == ("gavel", ("ResNet-50", "32"), "K80", "V100"))
     measured_step = 1000.0 / single[("ResNet-50", "32", "V100")]
     predicted_step = 1000.0 / single[("ResNet-50", "32", "K80")] * speed["K80"] / speed["V100"]
     assert c.ape("srifty") == pytest.approx(abs(predicted_step / measured_step - 1) * 100)
     assert c.ape("fp32-flops") == pytest.approx(
-        abs(single[("ResNet-50", "32", "V100")] / single[("ResNet-50", "32", "K80")] / (v100.fp32_tflops / k80.fp32_tflops) - 1) * 100)
+        abs(single[("ResNet-50", "32", "V100")] / single[("ResNet-50", "32", "K80")]
+            / (v100.fp32_tflops / k80.fp32_tflops) - 1) * 100)
     # every model and batch measured on both GPUs, both ways; P100 has no spec and is said to be left out
     both = {(m, b) for m, b, g in single if g == "K80"} & {(m, b) for m, b, g in single if g == "V100"}
-    assert len(checks) == 2 * len(both) and any("P100" in n for n in notes)
+    assert sum(c.dataset == "gavel" for c in checks) == 2 * len(both) and any("P100" in n for n in notes)
     # the multi-GPU rows faster per GPU than alone are counted in the note
     eff = [v / n / single[(m, b, g)] for (m, b, g, n), v in multi.items() if (m, b, g) in single]
     assert any(f"{sum(e > 1.05 for e in eff)} of {len(eff)}" in n for n in notes)
+    # Lambda, v2 release, ResNet-50 AMP: H200 from H100 by √(FP16 tensor FLOPS × bandwidth), the
+    # rates the medians over the systems each GPU was measured on
+    with open(ROOT / "data/traces/lambda_compiled_single_gpu.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["model"] == "ResNet-50 v1.5" and r["precision"] == "FP16/AMP"
+                and r["source"].endswith("v2)")]
+    rate = {g: statistics.median(float(r["throughput_value"]) for r in rows if r["gpu_model"] == g)
+            for g in ("H100-SXM5-80GB", "H200-SXM-140GB")}
+    h100, h200 = cat.gpu_spec("H100"), cat.gpu_spec("H200")
+    ratio = math.sqrt(h200.fp16_bf16_tensor_tflops_dense * h200.memory_bandwidth_gbytes_per_s
+                      / (h100.fp16_bf16_tensor_tflops_dense * h100.memory_bandwidth_gbytes_per_s))
+    c = next(c for c in checks if c.dataset == "lambda" and c.group[:3] == ("v2", "ResNet-50 v1.5", "amp")
+             and (c.source_gpu, c.target_gpu) == ("H100", "H200"))
+    assert c.measured_ratio == pytest.approx(rate["H200-SXM-140GB"] / rate["H100-SXM5-80GB"])
+    assert c.ape("srifty") == pytest.approx(abs(c.measured_ratio / ratio - 1) * 100)
+    # GPUs of different benchmark releases are never compared (their software differs)
+    assert all(c.group[0] in ("v0", "v1", "v2") for c in checks if c.dataset == "lambda")
+    assert not any(c.dataset == "lambda" and {c.source_gpu, c.target_gpu} == {"V100-32GB", "H100"} for c in checks)
     # a trace with none of the GPUs srifty has specs for: no checks, and it says why
     path = tmp_path / "g.csv"
     with open(ROOT / "data/traces/gavel_throughputs.csv", newline="") as fh, open(path, "w", newline="") as out:
@@ -620,8 +642,8 @@ def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
         w = csv.DictWriter(out, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    none, why = validate_gpu_transfer(cat, path)
-    assert none == [] and any("P100" in n for n in why)
+    none, why = validate_gpu_transfer(cat, path, tmp_path / "missing.csv")
+    assert none == [] and any("P100" in n for n in why) and any("missing.csv: not found" in n for n in why)
 
 
 def test_validate_refuses_a_readme_without_the_table_markers_before_fitting(tmp_path: Path) -> None:

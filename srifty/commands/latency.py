@@ -214,7 +214,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         cat = Catalog.default()
         scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
         checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
-    transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs: Gavel
+    transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs: Gavel, Lambda
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
@@ -235,11 +235,12 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
                       "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}} for c in checks]
         known = {k: {"mape": mape, "n": n} for k, (mape, n) in report.pooled_grad_known().items()}
-        gpu_transfer = {m_: float(np.mean([c.ape(m_) for c in transfer])) for m_ in v.TRANSFER_METHODS} \
-            if transfer else {}
+        gpu_transfer = {ds: {"transfers": len(mine), **{f"{k}_mape": float(np.mean([c.ape(k) for c in mine]))
+                                                         for k in v.TRANSFER_METHODS}}
+                        for ds, mine in v.by_dataset(transfer).items()}
         click.echo(json.dumps({"splits": pooled, "grad_known": known, "allreduce": allreduce,
-                               "gpu_transfer": {"pairs": len(transfer), **{f"{k}_mape": x for k, x in gpu_transfer.items()}},
-                               "notes": report.notes + comm_notes + transfer_notes}, indent=1))
+                               "gpu_transfer": gpu_transfer, "notes": report.notes + comm_notes + transfer_notes},
+                              indent=1))
         return
     w = max([12] + [len(k) for k in pooled])
     click.echo(f"{'split':<{w}} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
@@ -256,8 +257,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     for c in checks:
         click.echo(f"allreduce {c.instance_type} {c.nodes}x{c.gpus_per_node} ({len(c.sizes)} sizes): MAPE "
                    + ", ".join(f"{k} {c.mape(k):.1f}%" for k in v.COMM_METHODS))
-    if transfer:
-        click.echo(f"GPU transfer (Gavel, {len(transfer)} pairs): MAPE "
-                   + ", ".join(f"{k} {np.mean([c.ape(k) for c in transfer]):.1f}%" for k in v.TRANSFER_METHODS))
+    for ds, mine in v.by_dataset(transfer).items():
+        click.echo(f"GPU transfer ({ds}, {len(mine)} transfers): MAPE "
+                   + ", ".join(f"{k} {np.mean([c.ape(k) for c in mine]):.1f}%" for k in v.TRANSFER_METHODS))
     for n in report.notes + comm_notes + transfer_notes:
         click.echo(f"note: {n}", err=True)
