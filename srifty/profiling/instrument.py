@@ -186,10 +186,11 @@ class Recorder:
         self._open: _OpenIteration | None = None
         self._step_started: Any = None
         self._fwd_started: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: the SIGTERM handler (srifty.profiling.worker) flushes
         self._dirty = True
         self._flusher: threading.Thread | None = None
         self._stop_flusher = threading.Event()
+        self._flush_lock = threading.RLock()  # the flusher thread and the main thread both write the file
 
     # ----- iteration boundaries -------------------------------------------------
     def _boundary(self, mark: Any) -> None:
@@ -456,12 +457,13 @@ class Recorder:
         }
 
     def flush(self) -> None:
-        snap = self.snapshot()
         path = os.path.join(self.settings.out_dir, f"rank{self.settings.rank}.json")
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as fh:
-            json.dump(snap, fh)
-        os.replace(tmp, path)
+        tmp = f"{path}.tmp{os.getpid()}-{threading.get_ident()}"
+        with self._flush_lock:  # one writer at a time: a final flush never races the flusher's rename
+            snap = self.snapshot()
+            with open(tmp, "w") as fh:
+                json.dump(snap, fh)
+            os.replace(tmp, path)
 
     def start_flusher(self, interval_s: float = 0.5) -> None:
         def loop() -> None:
@@ -477,6 +479,8 @@ class Recorder:
 
     def stop_flusher(self) -> None:
         self._stop_flusher.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=5.0)
 
     def record_error(self, exc: BaseException) -> None:
         self.error = {
