@@ -595,8 +595,11 @@ class FeatureBuilder:
                 f"Cannot transfer {self.job.model}'s compute time to {instance_type}: no spec figures to compare "
                 f"it with {', '.join(self.job.instance_types)}.",
                 f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
-        basis = "measured CPU factor" if self.job.cpu_factors.get(instance_type) else "GPU/CPU spec"
-        return got[0], True, f"compute on {instance_type} transferred from {got[1]} by {basis} ratio"
+        if self.job.cpu_factors.get(instance_type):
+            return got[0], True, f"compute on {instance_type} transferred from {got[1]} by measured CPU factor ratio"
+        return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio, a rough "
+                              "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
+                              f"miss); profile on {instance_type} for a measured figure")
 
     def post_ms(self, instance_type: str, batch: float) -> float:
         """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""

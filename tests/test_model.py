@@ -448,6 +448,8 @@ def test_predict_json_shape(model_file: Path) -> None:
                    "-b", "64", "--model", str(model_file), "--json")
     assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout.splitlines()[-1])["source"] == "transferred"
+    # and says what the transfer is worth, and what to do instead
+    assert "by GPU/CPU spec ratio, a rough estimate" in res.stderr and "profile on p3.8xlarge" in res.stderr
 
 
 def test_far_outside_training_range_warns(model_file: Path) -> None:
