@@ -97,7 +97,7 @@ def main() -> int:
         ms = [m for m, _ in now[h]]
         spread = (max(ms) - min(ms)) / statistics.median(ms)
         ref = single_host_ratio(h, ratios)
-        multi = len([1 for t, n in parse_hosts(h) for _ in range(n)]) > 1
+        multi = sum(n for _, n in parse_hosts(h)) > 1
         rel = ratios[cfg] / ref if (multi and ref) else None
         if rel is not None:
             drifts.append(rel - 1)

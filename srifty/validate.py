@@ -595,6 +595,13 @@ def by_dataset(checks: Sequence[TransferCheck]) -> dict[str, list[TransferCheck]
     return dict(sorted(out.items()))
 
 
+def transfer_errors(checks: Sequence[TransferCheck]) -> dict[str, "np.ndarray"]:
+    """Absolute percentage error of every check, per method."""
+    import numpy as np
+
+    return {m: np.array([c.ape(m) for c in checks]) for m in TRANSFER_METHODS}
+
+
 def render_gpu_transfer(checks: Sequence[TransferCheck], notes: Sequence[str]) -> str:
     import numpy as np
 
@@ -613,10 +620,7 @@ def render_gpu_transfer(checks: Sequence[TransferCheck], notes: Sequence[str]) -
              "|---|---|---:|" + "---:|" * len(TRANSFER_METHODS) + "---|"]
 
     def row(label: str, pair: str, sub: Sequence[TransferCheck], span: bool = True) -> str:
-        cells = []
-        for m in TRANSFER_METHODS:
-            e = np.array([c.ape(m) for c in sub])
-            cells.append(f"{e.mean():.1f} ({np.median(e):.1f})")
+        cells = [f"{e.mean():.1f} ({np.median(e):.1f})" for e in transfer_errors(sub).values()]
         r = [c.measured_ratio for c in sub]
         return (f"| {label} | {pair} | {len(sub)} | " + " | ".join(cells)
                 + (f" | {min(r):.2f}–{max(r):.2f} |" if span else " | |"))
@@ -664,7 +668,7 @@ def render_readme_table(report: ValidationReport, checks: Sequence[AllreduceChec
                      f"({float(np.median(ape['fitted'])):.1f}) | {ape['catalog'].mean():.1f} (catalog figures) | "
                      f"{min(ape['catalog'].mean(), ape['tcp-pcie-fit'].mean()):.1f} | | | |")
     for ds, mine in by_dataset(transfer).items():
-        ape = {m: np.array([c.ape(m) for c in mine]) for m in TRANSFER_METHODS}
+        ape = transfer_errors(mine)
         best = min(TRANSFER_METHODS[1:], key=lambda m: ape[m].mean())
         gpus = sorted({c.source_gpu for c in mine})
         lines.append(f"| single-GPU compute transferred across GPUs, {ds} ({', '.join(gpus)}) | {len(mine)} | "

@@ -179,8 +179,6 @@ Examples:
 def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
                  as_json: bool) -> None:
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
-    import numpy as np
-
     from srifty import model as m
     from srifty import validate as v
     from srifty.catalog import Catalog
@@ -235,8 +233,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
                       "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}} for c in checks]
         known = {k: {"mape": mape, "n": n} for k, (mape, n) in report.pooled_grad_known().items()}
-        gpu_transfer = {ds: {"transfers": len(mine), **{f"{k}_mape": float(np.mean([c.ape(k) for c in mine]))
-                                                         for k in v.TRANSFER_METHODS}}
+        gpu_transfer = {ds: {"transfers": len(mine), **{f"{k}_mape": float(e.mean())
+                                                         for k, e in v.transfer_errors(mine).items()}}
                         for ds, mine in v.by_dataset(transfer).items()}
         click.echo(json.dumps({"splits": pooled, "grad_known": known, "allreduce": allreduce,
                                "gpu_transfer": gpu_transfer, "notes": report.notes + comm_notes + transfer_notes},
@@ -259,6 +257,6 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
                    + ", ".join(f"{k} {c.mape(k):.1f}%" for k in v.COMM_METHODS))
     for ds, mine in v.by_dataset(transfer).items():
         click.echo(f"GPU transfer ({ds}, {len(mine)} transfers): MAPE "
-                   + ", ".join(f"{k} {np.mean([c.ape(k) for c in mine]):.1f}%" for k in v.TRANSFER_METHODS))
+                   + ", ".join(f"{k} {e.mean():.1f}%" for k, e in v.transfer_errors(mine).items()))
     for n in report.notes + comm_notes + transfer_notes:
         click.echo(f"note: {n}", err=True)
