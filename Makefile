@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles corpus repeatability model accuracy bench evaluate clean
+.PHONY: setup test demo profiles corpus repeatability gpu-speed model accuracy bench evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ corpus:
 # How far the emulated corpus moves between sittings (needs root; ~5 min): docs/REPEATABILITY.md
 repeatability:
 	$(BIN)/python scripts/repeatability.py
+
+# Measured factors on the spec speed ratio of GPUs (srifty/data/gpu_speed_corrections.csv), from
+# Lambda's compiled single-GPU tables; then `make model` (the model card hashes the file).
+gpu-speed:
+	$(BIN)/python scripts/fit_gpu_speed.py
 
 # The latency model shipped with srifty (srifty/data/latency-model.skops + .card.json), trained on
 # the shipped corpus; rerun after changing the corpus or the features (a test checks it is current).

@@ -382,26 +382,53 @@ class Hardware:
     fp16_tflops: float | None = None  # FP16/BF16 tensor cores, dense
     intra_kind: str = "pcie"  # "nvlink" (NVLink/NVSwitch) or "pcie": see hardware_of
     inter_kind: str = "tcp"  # "efa" or "tcp" (ENA); emulated hosts: "tbf"
+    # measured factors on the spec speed, per FLOPS figure ("fp16", "tf32", "fp32"): srifty.gpuspeed
+    speed_factors: tuple[tuple[str, float], ...] = ()
 
     @property
     def speed(self) -> float | None:
         """A relative compute speed used to transfer compute time between types (FP32 work)."""
         return self.speed_for(None)
 
-    def speed_for(self, precision: str | None) -> float | None:
-        """Relative speed for work in ``precision``: √(FLOPS × memory bandwidth), the FLOPS being
-        the tensor-core figure the precision runs on (FP16/BF16/AMP, TF32) where the GPU has it."""
+    def flops_kind(self, precision: str | None) -> str:
+        """Which FLOPS figure work in ``precision`` runs on: the tensor-core figure of FP16/BF16/AMP
+        or TF32 where the GPU has it ("fp16", "tf32"), else "fp32"."""
         p = (precision or "fp32").lower()
-        flops = self.fp32_tflops
         if p in HALF_PRECISIONS and self.fp16_tflops:
-            flops = self.fp16_tflops
-        elif p == "tf32" and self.tf32_tflops:
-            flops = self.tf32_tflops
+            return "fp16"
+        if p == "tf32" and self.tf32_tflops:
+            return "tf32"
+        return "fp32"
+
+    def speed_factor(self, precision: str | None) -> float | None:
+        """The measured factor on this GPU's spec speed for work in ``precision`` (srifty.gpuspeed),
+        None where none was fitted."""
+        return dict(self.speed_factors).get(self.flops_kind(precision))
+
+    def speed_for(self, precision: str | None) -> float | None:
+        """Relative speed for work in ``precision`` by the spec sheet: √(FLOPS × memory bandwidth),
+        the FLOPS being the tensor-core figure the precision runs on (FP16/BF16/AMP, TF32) where
+        the GPU has it. :func:`transfer_speeds` adds the measured factors."""
+        kind = self.flops_kind(precision)
+        flops = {"fp16": self.fp16_tflops, "tf32": self.tf32_tflops}.get(kind, self.fp32_tflops)
         if flops and self.mem_gbytes_per_s:
             return math.sqrt(flops * self.mem_gbytes_per_s)
         if flops:
             return flops
         return self.cpu_share
+
+
+def transfer_speeds(a: Hardware, b: Hardware, precision: str | None) -> tuple[float | None, float | None]:
+    """The speeds that transfer compute from ``a`` to ``b``: the spec speeds, times the measured
+    factors when *both* GPUs have one for the precision's FLOPS figure. A factor says how a GPU
+    runs against its spec relative to the other measured GPUs; held against a GPU without one it
+    did worse than the spec ratio alone (leave one chip out of Lambda's tables: 28.5% against
+    26.8%, docs/latency-model.md)."""
+    fa, fb = a.speed_factor(precision), b.speed_factor(precision)
+    sa, sb = a.speed_for(precision), b.speed_for(precision)
+    if fa is None or fb is None or sa is None or sb is None:
+        return sa, sb
+    return sa * fa, sb * fb
 
 
 def _intra_bandwidth(link_text: str, stated: float | None) -> tuple[float, str | None]:
@@ -454,6 +481,8 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
                     spec.fp32_tflops if spec else None, mem_bw,
                     it.vcpus or None, tuple(notes), tf32_tflops=spec.tf32_tflops_dense if spec else None,
                     fp16_tflops=spec.fp16_bf16_tensor_tflops_dense if spec else None,
+                    speed_factors=tuple((c.flops, c.factor) for c in catalog.speed_corrections
+                                        if c.gpu_name == it.gpu_name) if spec else (),
                     intra_kind="nvlink" if re.match(r"\s*(nvlink|nvswitch)", it.intra_node_link or "", re.I) else "pcie",
                     inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp")
 
@@ -563,7 +592,7 @@ class FeatureBuilder:
         fa, fb = self.job.cpu_factors.get(a), self.job.cpu_factors.get(b)
         if fa and fb:
             return 1.0 / fa, 1.0 / fb
-        sa, sb = self.hardware(a).speed_for(self.job.precision), self.hardware(b).speed_for(self.job.precision)
+        sa, sb = transfer_speeds(self.hardware(a), self.hardware(b), self.job.precision)
         if sa is None or sb is None:
             return None
         return sa, sb
@@ -597,7 +626,9 @@ class FeatureBuilder:
                 f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
         if self.job.cpu_factors.get(instance_type):
             return got[0], True, f"compute on {instance_type} transferred from {got[1]} by measured CPU factor ratio"
-        return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio, a rough "
+        measured = all(self.hardware(t).speed_factor(self.job.precision) for t in (instance_type, got[1]))
+        return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio"
+                              + (" with measured GPU speed factors" if measured else "") + ", a rough "
                               "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
                               f"miss); profile on {instance_type} for a measured figure")
 

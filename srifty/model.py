@@ -812,12 +812,13 @@ def installed_versions() -> dict[str, str]:
 # The code and data a trained model's answers depend on besides its corpus: a change to any of
 # them makes a saved model stale (its card records their hash).
 MODEL_CODE = tuple(Path(__file__).resolve().parent / f
-                   for f in ("features.py", "simulate.py", "model.py", "data/gpu_specs.csv"))
+                   for f in ("features.py", "simulate.py", "model.py", "data/gpu_specs.csv",
+                             "data/gpu_speed_corrections.csv"))
 
 
 @lru_cache(maxsize=1)
 def code_sha256() -> str:
-    """SHA-256 over MODEL_CODE (simulator, features, model, GPU specs)."""
+    """SHA-256 over MODEL_CODE (simulator, features, model, GPU specs and speed factors)."""
     h = hashlib.sha256()
     for f in MODEL_CODE:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -932,6 +933,13 @@ class CombinedCatalog:
 
     def gpu_spec(self, gpu_name: str) -> Any:
         return self.first.gpu_spec(gpu_name)
+
+    @property
+    def speed_corrections(self) -> list[Any]:
+        return self.first.speed_corrections
+
+    def with_speed_corrections(self, corrections: Sequence[Any]) -> "CombinedCatalog":
+        return CombinedCatalog(self.first.with_speed_corrections(corrections), self.second)
 
     @property
     def warnings(self) -> list[str]:

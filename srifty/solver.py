@@ -325,6 +325,10 @@ class ProfiledHostsCatalog:
         return self.inner.gpu_spec(gpu_name)
 
     @property
+    def speed_corrections(self) -> list[Any]:
+        return self.inner.speed_corrections
+
+    @property
     def warnings(self) -> list[str]:
         return list(getattr(self.inner, "warnings", []))
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty.features import CollectivePoint, JobProfile, Run, run_config
+from srifty.gpuspeed import SingleGpuRate, read_lambda_single_gpu
 from srifty.model import MIN_RESIDUAL_ROWS, NCCL_MIN_BYTES, NO_RESIDUAL_HALF_WIDTH, AllreduceRow, CommModel, LatencyModel, table_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -177,6 +178,24 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     return SplitResult(split, fold, len(y), errors, y, preds, known, (lo <= y) & (y <= hi))
 
 
+def catalog_without_gpu_of(catalog: "Catalog", instance_type: str) -> "Catalog":
+    """``catalog`` with its GPU speed factors refitted without any rate of the GPU chip of
+    ``instance_type`` (srifty.gpuspeed), so that a held-out type's compute is transferred as it
+    would be for a GPU nobody measured. Without the Lambda trace, that chip's factors are dropped."""
+    from srifty.gpuspeed import fit_speed_corrections, same_chip
+    from srifty.model import ROOT
+
+    gpu = getattr(catalog.get(instance_type), "gpu_name", None)
+    if not gpu or not any(same_chip(c.gpu_name, gpu) for c in catalog.speed_corrections):
+        return catalog
+    path = ROOT / "data" / "traces" / "lambda_compiled_single_gpu.csv"
+    if path.exists():
+        fit = fit_speed_corrections(read_lambda_single_gpu(path)[0], catalog, keep=lambda r: not same_chip(r.gpu, gpu))
+    else:
+        fit = [c for c in catalog.speed_corrections if not same_chip(c.gpu_name, gpu)]
+    return catalog.with_speed_corrections(fit)
+
+
 def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
              splits: Sequence[str] = ("lomo-1gpu", "lomo-1node", "nodes>4", "loio"),
              progress: Callable[[str], None] | None = None, collectives: Sequence[CollectivePoint] = (),
@@ -221,7 +240,8 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
                 views = {j.model: j.restricted(lambda r, t=t: t not in run_config(r).instance_types) for j in jobs}
                 sweeps = [p for p in collectives if t not in p.config]
                 res = run_fold(split, t, jobs, jobs, views, lambda j, r, t=t: t in run_config(r).instance_types,
-                               lambda j, r, t=t: t not in run_config(r).instance_types, catalog, quick, sweeps, allreduce)
+                               lambda j, r, t=t: t not in run_config(r).instance_types,
+                               catalog_without_gpu_of(catalog, t), quick, sweeps, allreduce)
                 if res:
                     report.results.append(res)
         elif split == "loco":
@@ -438,27 +458,9 @@ def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> 
 
 # --------------------------------------------------------------------------- compute transfer across GPUs
 
-TRANSFER_METHODS = ("srifty", "fp32-flops", "memory-bandwidth")
+TRANSFER_METHODS = ("srifty", "spec", "fp32-flops", "memory-bandwidth")
 GAVEL_BATCH = re.compile(r"batch size in job name = (\d+)")
 GAVEL_GPUS = re.compile(r"total GPUs=(\d+)")
-# Lambda's compiled tables name GPUs by board; srifty's GPU specs by what EC2 rents (PCIe boards
-# and workstation cards have other figures and no spec row here, so they are left out)
-LAMBDA_GPUS = {"V100-16GB": "V100", "V100-32GB": "V100-32GB", "A100-SXM4-40GB": "A100", "A100-SXM4-80GB": "A100-80GB",
-               "H100-SXM5-80GB": "H100", "H200-SXM-140GB": "H200", "B200-192GB": "B200"}
-
-
-@dataclass(frozen=True)
-class SingleGpuRate:
-    """A model's measured training rate on one GPU. Rates of one ``group`` (same benchmark
-    release, model, precision and, where stated, batch) differ only by the GPU."""
-
-    dataset: str
-    group: tuple[str, ...]
-    gpu: str  # srifty's GPU name (catalog.gpu_spec)
-    precision: str  # srifty's precision name (fp32, tf32, amp)
-    rate: float  # iterations or samples per second
-
-
 @dataclass
 class TransferCheck:
     """One model measured alone on two GPU types: the target's time per step (or per sample)
@@ -497,31 +499,6 @@ def read_gavel(path: str | Path) -> tuple[dict[tuple[str, str, str], float], dic
     return single, multi
 
 
-def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str]]:
-    """Lambda's compiled single-GPU tables: the median over systems of each (release, model,
-    precision, GPU). Releases (2022 v0 tables, v1 on NGC 22.09, v2 on NGC 24.10) are kept apart:
-    their software differs, so only GPUs of one release are compared."""
-    import csv
-    import statistics
-
-    rates: dict[tuple[str, str, str, str, str], list[float]] = {}
-    other = set()
-    with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            gpu = LAMBDA_GPUS.get(r["gpu_model"])
-            if gpu is None or r["gpus_per_node"] != "1":
-                other.add(r["gpu_model"])
-                continue
-            release = "v2" if r["source"].endswith("v2)") else ("v1" if "v1 results" in r["notes"] else "v0")
-            precision = "amp" if r["precision"].startswith("FP16") else "tf32"  # TF32 where the GPU has it
-            key = (release, r["model"], precision, r["throughput_unit"], gpu)
-            rates.setdefault(key, []).append(float(r["throughput_value"]))
-    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v))
-           for (rel, model, prec, unit, gpu), v in sorted(rates.items())]
-    notes = [f"Lambda: {', '.join(sorted(other))} left out (not a GPU srifty has spec figures for)."] if other else []
-    return out, notes
-
-
 def _gavel_rates(path: Path) -> tuple[list[SingleGpuRate], list[str]]:
     single, multi = read_gavel(path)
     out = [SingleGpuRate("gavel", (model, batch), gpu, "fp32", rate) for (model, batch, gpu), rate in sorted(single.items())]
@@ -537,51 +514,96 @@ def _gavel_rates(path: Path) -> tuple[list[SingleGpuRate], list[str]]:
     return out, notes
 
 
+# NVIDIA's DeepLearningExamples READMEs name GPUs by board; the DGX-2's V100-SXM3 (350 W) has no spec row
+DLE_GPUS = {"V100-SXM2-16GB": "V100", "V100-SXM2-32GB": "V100-32GB", "A100-SXM4-40GB": "A100",
+            "A100-SXM4-80GB": "A100-80GB"}
+
+
+def read_dle_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str]]:
+    """NVIDIA DeepLearningExamples README tables (DGX-1/DGX-2/DGX A100, on-prem): the median of
+    each (model, framework, precision, unit, GPU) over the README's rows, which differ in batch
+    and configuration. FP32 on V100 and TF32 on A100 are one class, as the READMEs compare them;
+    mixed precision is AMP; the few BF16 rows are left out."""
+    import csv
+    import statistics
+
+    rates: dict[tuple[str, str, str, str, str], list[float]] = {}
+    left = 0
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            gpu = DLE_GPUS.get(r["gpu_model"])
+            precision = {"mixed": "amp", "fp32": "tf32", "tf32": "tf32"}.get(r["precision"].lower())
+            if gpu is None or precision is None or r["gpus_per_node"] != "1":
+                left += 1
+                continue
+            key = (r["model"], r["framework"], precision, r["throughput_unit"], gpu)
+            rates.setdefault(key, []).append(float(r["throughput_value"]))
+    out = [SingleGpuRate("nvidia-dle", (model, fw, prec, unit), gpu, prec, statistics.median(v))
+           for (model, fw, prec, unit, gpu), v in sorted(rates.items())]
+    notes = ["NVIDIA DeepLearningExamples: each GPU's rate is the median over a README's rows (their batch sizes "
+             "and configurations differ), a cruder pairing than Gavel's or Lambda's."]
+    if left:
+        notes.append(f"NVIDIA DeepLearningExamples: {left} rows left out (BF16, more than one GPU, or a GPU "
+                     "srifty has no spec for).")
+    return out, notes
+
+
 def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
-                          lambda_compiled: str | Path | None = None) -> tuple[list[TransferCheck], list[str]]:
+                          lambda_compiled: str | Path | None = None,
+                          dle: str | Path | None = None) -> tuple[list[TransferCheck], list[str]]:
     """Single-GPU rates of the same model on several GPU types (Gavel: K80, P100, V100; Lambda's
-    compiled tables: V100 … B200): how well does a speed ratio from the spec sheets transfer a
-    measured time to another GPU? ``srifty`` = √(FLOPS of the precision × memory bandwidth), what
-    srifty uses for a type it has not profiled (:meth:`srifty.features.Hardware.speed_for`);
-    ``fp32-flops`` and ``memory-bandwidth`` take one figure."""
-    from srifty.features import Hardware
+    compiled tables: V100 … B200; NVIDIA's DeepLearningExamples: V100, A100): how well does a
+    speed ratio transfer a measured time to another GPU? ``spec`` = √(FLOPS of the precision × memory bandwidth) from the spec sheets; ``srifty`` =
+    that times the measured factors of srifty.gpuspeed (what srifty uses for a type it has not
+    profiled), fitted on Lambda's rates without the network under test (Gavel's and NVIDIA's rates
+    are never in the fit); ``fp32-flops`` and ``memory-bandwidth`` take one figure."""
+    from srifty.features import transfer_speeds
+    from srifty.gpuspeed import fit_speed_corrections, spec_hardware
     from srifty.model import ROOT
-    from srifty.simulate import Link
 
     traces = ROOT / "data" / "traces"
     rates: list[SingleGpuRate] = []
     notes: list[str] = []
     for path, reader in ((Path(gavel) if gavel else traces / "gavel_throughputs.csv", _gavel_rates),
                          (Path(lambda_compiled) if lambda_compiled else traces / "lambda_compiled_single_gpu.csv",
-                          read_lambda_single_gpu)):
+                          read_lambda_single_gpu),
+                         (Path(dle) if dle else traces / "nvidia_dle_single_gpu.csv", read_dle_single_gpu)):
         if not path.exists():
             notes.append(f"{path}: not found; no cross-GPU check on it.")
             continue
         got, why = reader(path)
         rates += got
         notes += why
-    hardware, no_spec = {}, set()
+    specs, no_spec = {}, set()
     for g in sorted({r.gpu for r in rates}):
         spec = catalog.gpu_spec(g)
         if spec is None or not spec.fp32_tflops or not spec.memory_bandwidth_gbytes_per_s:
             no_spec.add(g)
             continue
-        hardware[g] = (Hardware(g, 1, Link(1.0, 1.0), Link(1.0, 1.0), spec.fp32_tflops,
-                                spec.memory_bandwidth_gbytes_per_s, None, tf32_tflops=spec.tf32_tflops_dense,
-                                fp16_tflops=spec.fp16_bf16_tensor_tflops_dense), spec)
+        specs[g] = spec
     if no_spec:
         notes.append(f"{', '.join(sorted(no_spec))}: no FP32 TFLOPS and memory bandwidth in srifty's GPU specs; "
                      "their rows were left out.")
+    fitted = {}  # network held out of the factors' fit (None: Gavel, every Lambda rate in)
+
+    def factors(held: str | None) -> Any:
+        if held not in fitted:
+            fitted[held] = fit_speed_corrections(
+                rates, catalog, keep=lambda r: r.dataset == "lambda" and (held is None or r.group[1] != held))
+        return fitted[held]
 
     def predicted(src: SingleGpuRate, dst: SingleGpuRate) -> dict[str, float]:
-        (hs, ss), (hd, sd) = hardware[src.gpu], hardware[dst.gpu]
-        return {"srifty": hd.speed_for(dst.precision) / hs.speed_for(src.precision),
+        ss, sd = specs[src.gpu], specs[dst.gpu]
+        fit = factors(src.group[1] if src.dataset == "lambda" else None)
+        fs, fd = transfer_speeds(spec_hardware(ss, fit), spec_hardware(sd, fit), src.precision)
+        return {"srifty": fd / fs,
+                "spec": spec_hardware(sd).speed_for(dst.precision) / spec_hardware(ss).speed_for(src.precision),
                 "fp32-flops": sd.fp32_tflops / ss.fp32_tflops,
                 "memory-bandwidth": sd.memory_bandwidth_gbytes_per_s / ss.memory_bandwidth_gbytes_per_s}
 
     groups: dict[tuple[str, tuple[str, ...]], list[SingleGpuRate]] = {}
     for r in rates:
-        if r.gpu in hardware:
+        if r.gpu in specs:
             groups.setdefault((r.dataset, r.group), []).append(r)
     checks = [TransferCheck(ds, group, a.gpu, b.gpu, b.rate / a.rate, predicted(a, b))
               for (ds, group), members in sorted(groups.items()) for a in members for b in members if a.gpu != b.gpu]
@@ -607,14 +629,20 @@ def render_gpu_transfer(checks: Sequence[TransferCheck], notes: Sequence[str]) -
 
     if not checks:
         return "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
-    lines = ["", "## Compute transfer across GPUs: single-GPU rates from Gavel and Lambda", "",
-             "Each model that Gavel (K80, V100; data/traces/gavel_throughputs.csv) or Lambda's compiled benchmark "
-             "tables (V100 to B200, within one benchmark release; data/traces/lambda_compiled_single_gpu.csv) "
-             "measured alone on two GPU types: the second GPU's time per step (Gavel, same batch) or per sample "
-             "(Lambda, each GPU at its own batch) predicted from the first's by a speed ratio. `srifty` = √(FLOPS "
-             "of the job's precision × memory bandwidth), what srifty uses for an instance type it has not "
-             "profiled; `fp32-flops` and `memory-bandwidth` use one figure. Habitat (11.8% across GPUs) does this "
-             "transfer kernel by kernel.", "",
+    lines = ["", "## Compute transfer across GPUs: single-GPU rates from Gavel, Lambda and NVIDIA", "",
+             "Each model that Gavel (K80, V100; data/traces/gavel_throughputs.csv), Lambda's compiled benchmark "
+             "tables (V100 to B200, within one benchmark release; data/traces/lambda_compiled_single_gpu.csv) or "
+             "NVIDIA's DeepLearningExamples READMEs (V100 and A100 in DGX systems, one framework's scripts; "
+             "data/traces/nvidia_dle_single_gpu.csv) measured alone on two GPU types: the second GPU's time per "
+             "step (Gavel, same batch) or per sample (Lambda and NVIDIA, each GPU at its own batch) predicted from "
+             "the first's by a speed ratio. `spec` = √(FLOPS "
+             "of the job's precision × memory bandwidth) from the spec sheets; `srifty` = that times each GPU's "
+             "measured factor (srifty/gpuspeed.py, `make gpu-speed`), what srifty uses for an instance type it has "
+             "not profiled. The factors are fitted on Lambda's rates: for a Lambda transfer, on the other networks "
+             "only (leave one network out); Gavel's and NVIDIA's rates are never in the fit. Factors apply only between two GPUs "
+             "that both have one, so a transfer from K80 (none) keeps the spec ratio. "
+             "`fp32-flops` and `memory-bandwidth` use one figure. Habitat (11.8% across GPUs) does this transfer "
+             "kernel by kernel.", "",
              "| data | source → target | transfers | " + " | ".join(f"{m} MAPE % (median)" for m in TRANSFER_METHODS)
              + " | measured speed ratio (min–max) |",
              "|---|---|---:|" + "---:|" * len(TRANSFER_METHODS) + "---|"]

@@ -242,6 +242,13 @@ def test_cli_show_json_and_unknown():
     assert doc["instance_type"]["gpu_count"] == 4 and doc["gpu_spec"]["spec_name"] == "V100"
     regions = [p["region"] for p in doc["instance_type"]["prices"]]
     assert "us-east-1" in regions
+    # V100's measured speed factors (srifty/data/gpu_speed_corrections.csv); T4 has none
+    shipped = {(c.gpu_name, c.flops): c.factor for c in Catalog.default().speed_corrections}
+    assert doc["gpu_speed_factors"] == {"fp16": shipped[("V100", "fp16")], "fp32": shipped[("V100", "fp32")]}
+    r = CliRunner().invoke(cli, ["catalog", "show", "g4dn.xlarge", "--json"])
+    assert json.loads(r.stdout)["gpu_speed_factors"] == {}
+    r = CliRunner().invoke(cli, ["catalog", "show", "p6-b200.48xlarge"])
+    assert f"FP16 ×{shipped[('B200', 'fp16')]:.2f}" in r.stdout
     r = CliRunner().invoke(cli, ["catalog", "show", "p3.8xlarj"])
     assert r.exit_code != 0 and isinstance(r.exception, SriftyError)
     assert "Did you mean" in str(r.exception)

@@ -450,6 +450,11 @@ def test_predict_json_shape(model_file: Path) -> None:
     assert json.loads(res.stdout.splitlines()[-1])["source"] == "transferred"
     # and says what the transfer is worth, and what to do instead
     assert "by GPU/CPU spec ratio, a rough estimate" in res.stderr and "profile on p3.8xlarge" in res.stderr
+    # between two GPUs with measured speed factors (V100 -> H100), the transfer says it used them
+    res = _predict("--profile", str(ROOT / "profiles/lambda/resnet50-amp/p3.8xlarge.json"), "--config",
+                   "1xp5.48xlarge", "-b", "256", "--model", str(model_file), "--json")
+    assert res.exit_code == 0, res.stderr
+    assert "by GPU/CPU spec ratio with measured GPU speed factors, a rough estimate" in res.stderr
 
 
 def test_far_outside_training_range_warns(model_file: Path) -> None:
@@ -616,7 +621,7 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     assert all(a["catalog_mape"] >= 0 for a in allreduce) and "## Allreduce: nccl-tests on EC2" in out.read_text()
     # compute transfer across GPUs on Gavel's single-GPU rows, in the JSON and the report
     transfer = json.loads(res.stdout)["gpu_transfer"]
-    assert set(transfer) == {"gavel", "lambda"} and "## Compute transfer across GPUs" in out.read_text()
+    assert set(transfer) == {"gavel", "lambda", "nvidia-dle"} and "## Compute transfer across GPUs" in out.read_text()
     for ds, t in transfer.items():
         assert t["transfers"] > 20
         assert f"| {ds} | all | {t['transfers']} | {t['srifty_mape']:.1f} (" in out.read_text()
@@ -641,7 +646,7 @@ def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
              == ("gavel", ("ResNet-50", "32"), "K80", "V100"))
     measured_step = 1000.0 / single[("ResNet-50", "32", "V100")]
     predicted_step = 1000.0 / single[("ResNet-50", "32", "K80")] * speed["K80"] / speed["V100"]
-    assert c.ape("srifty") == pytest.approx(abs(predicted_step / measured_step - 1) * 100)
+    assert c.ape("spec") == pytest.approx(abs(predicted_step / measured_step - 1) * 100)
     assert c.ape("fp32-flops") == pytest.approx(
         abs(single[("ResNet-50", "32", "V100")] / single[("ResNet-50", "32", "K80")]
             / (v100.fp32_tflops / k80.fp32_tflops) - 1) * 100)
@@ -664,7 +669,7 @@ def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
     c = next(c for c in checks if c.dataset == "lambda" and c.group[:3] == ("v2", "ResNet-50 v1.5", "amp")
              and (c.source_gpu, c.target_gpu) == ("H100", "H200"))
     assert c.measured_ratio == pytest.approx(rate["H200-SXM-140GB"] / rate["H100-SXM5-80GB"])
-    assert c.ape("srifty") == pytest.approx(abs(c.measured_ratio / ratio - 1) * 100)
+    assert c.ape("spec") == pytest.approx(abs(c.measured_ratio / ratio - 1) * 100)
     # GPUs of different benchmark releases are never compared (their software differs)
     assert all(c.group[0] in ("v0", "v1", "v2") for c in checks if c.dataset == "lambda")
     assert not any(c.dataset == "lambda" and {c.source_gpu, c.target_gpu} == {"V100-32GB", "H100"} for c in checks)
@@ -675,7 +680,7 @@ def test_gpu_transfer_check_against_hand_arithmetic(tmp_path: Path) -> None:
         w = csv.DictWriter(out, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    none, why = validate_gpu_transfer(cat, path, tmp_path / "missing.csv")
+    none, why = validate_gpu_transfer(cat, path, tmp_path / "missing.csv", tmp_path / "missing.csv")
     assert none == [] and any("P100" in n for n in why) and any("missing.csv: not found" in n for n in why)
 
 

@@ -162,9 +162,11 @@ def show_cmd(ctx: click.Context, instance_type: str, as_json: bool) -> None:
     cat = _load(ctx)
     it = cat.get(instance_type)
     spec = cat.gpu_spec(it.gpu_name or it.accelerator_name) if (it.gpu_name or it.accelerator_name) else None
+    factors = [c for c in cat.speed_corrections if spec is not None and c.gpu_name == spec.gpu_name]
     if as_json:
         doc = {"schema": 1, "source": cat.source.kind, "instance_type": it.to_dict(),
-               "gpu_spec": None if spec is None else spec.__dict__}
+               "gpu_spec": None if spec is None else spec.__dict__,
+               "gpu_speed_factors": {c.flops: c.factor for c in factors}}
         click.echo(json.dumps(doc, indent=1))
         return
     from rich.table import Table
@@ -193,6 +195,9 @@ def show_cmd(ctx: click.Context, instance_type: str, as_json: bool) -> None:
         facts.add_row("GPU spec", f"FP32 {g(spec.fp32_tflops, '')} / TF32 {g(spec.tf32_tflops_dense, '')} / "
                                   f"FP16-BF16 {g(spec.fp16_bf16_tensor_tflops_dense, '')} TFLOPS dense; "
                                   f"{g(spec.memory_bandwidth_gbytes_per_s, ' GB/s')}; SMs {g(spec.sm_count, '')}")
+        if factors:  # srifty.gpuspeed: what transfers between two measured GPUs use
+            facts.add_row("measured speed", ", ".join(f"{c.flops.upper()} ×{c.factor:.2f}" for c in factors)
+                          + f" on spec, against other measured GPUs ({max(c.rates for c in factors)} benchmark rates)")
     console.print(facts)
     prices = Table(title="prices ($/h)", title_justify="left")
     for col in ("region", "on-demand", "spot min", "spot median", "zones", "interruption", "rate/h", "on-demand source"):

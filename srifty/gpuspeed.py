@@ -1,0 +1,165 @@
+"""Measured corrections to the spec-sheet speed ratio that transfers compute across GPUs.
+
+srifty transfers a profiled compute time to a GPU nobody profiled by the ratio of
+√(FLOPS of the job's precision × memory bandwidth) (:meth:`srifty.features.Hardware.speed_for`).
+Measured single-GPU rates show that ratio drifting by GPU: Lambda's compiled benchmark tables
+put a B200 at 1.0-1.7x an H200 where the spec ratio says 1.95x. This module fits one factor
+per (GPU, FLOPS figure) on such rates:
+
+    log rate = a[benchmark group] + log spec_speed[GPU] + b[GPU, FLOPS figure]
+
+where a group is one benchmark release, network, precision and unit (the rates inside it differ
+only by the GPU), so only speed *ratios* inform b, and the factors are used only in pairs: a
+transfer between two GPUs that both have one takes the ratio of their factors, a transfer that
+involves a GPU without one (T4, A10G, L4, K80, ...) keeps the spec ratio
+(:func:`srifty.features.transfer_speeds`). A ridge penalty keeps each b near 0, so a GPU with few
+rates keeps most of its spec figure.
+
+The shipped factors (``srifty/data/gpu_speed_corrections.csv``) are regenerated from
+``data/traces/lambda_compiled_single_gpu.csv`` by ``make gpu-speed``; how well they transfer
+(leave one network out on Lambda; Gavel's K80/V100 rates, a dataset the fit never saw) is in
+docs/ACCURACY.md, "Compute transfer across GPUs".
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from srifty.catalog import Catalog, GpuSpec
+    from srifty.features import Hardware
+
+RIDGE = 1.0  # penalty on each log factor, in units of one squared log error of a rate
+CORRECTION_COLUMNS = ("gpu_name", "flops", "factor", "rates", "networks")
+# Lambda's compiled tables name GPUs by board; srifty's GPU specs by what EC2 rents (PCIe boards
+# and workstation cards have other figures and no spec row here, so they are left out)
+LAMBDA_GPUS = {"V100-16GB": "V100", "V100-32GB": "V100-32GB", "A100-SXM4-40GB": "A100", "A100-SXM4-80GB": "A100-80GB",
+               "H100-SXM5-80GB": "H100", "H200-SXM-140GB": "H200", "B200-192GB": "B200"}
+
+
+@dataclass(frozen=True)
+class SingleGpuRate:
+    """A model's measured training rate on one GPU. Rates of one ``group`` (same benchmark
+    release, model, precision and, where stated, batch) differ only by the GPU."""
+
+    dataset: str
+    group: tuple[str, ...]
+    gpu: str  # srifty's GPU name (catalog.gpu_spec)
+    precision: str  # srifty's precision name (fp32, tf32, amp)
+    rate: float  # iterations or samples per second
+
+
+@dataclass(frozen=True)
+class SpeedCorrection:
+    """The factor on one GPU's spec speed for work on one of its FLOPS figures."""
+
+    gpu_name: str
+    flops: str  # "fp16", "tf32" or "fp32": the figure Hardware.flops_kind picks for the precision
+    factor: float
+    rates: int  # measured rates of this GPU and figure that informed it
+    networks: int  # distinct networks among them
+
+
+def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str]]:
+    """Lambda's compiled single-GPU tables: the median over systems of each (release, model,
+    precision, GPU). Releases (2022 v0 tables, v1 on NGC 22.09, v2 on NGC 24.10) are kept apart:
+    their software differs, so only GPUs of one release are compared."""
+    rates: dict[tuple[str, str, str, str, str], list[float]] = {}
+    other = set()
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            gpu = LAMBDA_GPUS.get(r["gpu_model"])
+            if gpu is None or r["gpus_per_node"] != "1":
+                other.add(r["gpu_model"])
+                continue
+            release = "v2" if r["source"].endswith("v2)") else ("v1" if "v1 results" in r["notes"] else "v0")
+            precision = "amp" if r["precision"].startswith("FP16") else "tf32"  # TF32 where the GPU has it
+            key = (release, r["model"], precision, r["throughput_unit"], gpu)
+            rates.setdefault(key, []).append(float(r["throughput_value"]))
+    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v))
+           for (rel, model, prec, unit, gpu), v in sorted(rates.items())]
+    notes = [f"Lambda: {', '.join(sorted(other))} left out (not a GPU srifty has spec figures for)."] if other else []
+    return out, notes
+
+
+def spec_hardware(spec: "GpuSpec", factors: Iterable[SpeedCorrection] = ()) -> "Hardware":
+    """A one-GPU Hardware with ``spec``'s figures (links irrelevant), for speed ratios alone."""
+    from srifty.features import Hardware
+    from srifty.simulate import Link
+
+    return Hardware(spec.gpu_name, 1, Link(1.0, 1.0), Link(1.0, 1.0), spec.fp32_tflops,
+                    spec.memory_bandwidth_gbytes_per_s, None, tf32_tflops=spec.tf32_tflops_dense,
+                    fp16_tflops=spec.fp16_bf16_tensor_tflops_dense,
+                    speed_factors=tuple((c.flops, c.factor) for c in factors if c.gpu_name == spec.gpu_name))
+
+
+def same_chip(a: str, b: str) -> bool:
+    """GPU names of one chip in other boards (V100 and V100-32GB, A100 and A100-80GB)."""
+    return a.split("-")[0] == b.split("-")[0]
+
+
+def fit_speed_corrections(rates: Sequence[SingleGpuRate], catalog: "Catalog",
+                          keep: Callable[[SingleGpuRate], bool] = lambda r: True,
+                          ridge: float = RIDGE) -> list[SpeedCorrection]:
+    """One factor per (GPU, FLOPS figure) over the ``rates`` that ``keep`` admits and whose GPU
+    has FLOPS and memory bandwidth in the catalog's specs (see the module docstring)."""
+    import numpy as np
+
+    hardware: dict[str, "Hardware | None"] = {}
+    rows = []  # (group, key, log rate - log spec speed)
+    for r in rates:
+        if not keep(r):
+            continue
+        if r.gpu not in hardware:
+            spec = catalog.gpu_spec(r.gpu)
+            ok = spec is not None and spec.fp32_tflops and spec.memory_bandwidth_gbytes_per_s
+            hardware[r.gpu] = spec_hardware(spec) if ok else None
+        hw = hardware[r.gpu]
+        if hw is not None:
+            rows.append(((r.dataset, r.group), (r.gpu, hw.flops_kind(r.precision)),
+                         math.log(r.rate) - math.log(hw.speed_for(r.precision))))
+    sizes: dict[tuple, int] = {}
+    for g, _, _ in rows:
+        sizes[g] = sizes.get(g, 0) + 1
+    rows = [row for row in rows if sizes[row[0]] >= 2]  # a GPU alone in its group says nothing of ratios
+    keys = sorted({k for _, k, _ in rows})
+    if not keys:
+        return []
+    groups = sorted({g for g, _, _ in rows})
+    col = {k: i for i, k in enumerate(keys)}
+    grp = {g: i for i, g in enumerate(groups)}
+    # unknowns: one intercept per group (free), one log factor per key (ridge)
+    a = np.zeros((len(rows) + len(keys), len(groups) + len(keys)))
+    y = np.zeros(len(rows) + len(keys))
+    for i, (g, k, v) in enumerate(rows):
+        a[i, grp[g]], a[i, len(groups) + col[k]], y[i] = 1.0, 1.0, v
+    for j in range(len(keys)):
+        a[len(rows) + j, len(groups) + j] = math.sqrt(ridge)
+    solution = np.linalg.lstsq(a, y, rcond=None)[0][len(groups):]
+    out = []
+    for k, b in zip(keys, solution):
+        mine = [g for g, kk, _ in rows if kk == k]
+        out.append(SpeedCorrection(k[0], k[1], round(float(math.exp(b)), 4), len(mine), len({g[1][1] for g in mine})))
+    return out
+
+
+def write_corrections(corrections: Sequence[SpeedCorrection], path: str | Path) -> None:
+    from srifty.profile import atomic_write_text
+
+    lines = [",".join(CORRECTION_COLUMNS)]
+    lines += [f"{c.gpu_name},{c.flops},{c.factor:.4f},{c.rates},{c.networks}" for c in corrections]
+    atomic_write_text(Path(path), "\n".join(lines) + "\n")
+
+
+def read_corrections(path: str | Path) -> list[SpeedCorrection]:
+    """The factors in a file :func:`write_corrections` wrote; none if the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return [SpeedCorrection(r["gpu_name"], r["flops"], float(r["factor"]), int(r["rates"]), int(r["networks"]))
+                for r in csv.DictReader(fh)]

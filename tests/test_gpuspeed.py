@@ -1,0 +1,123 @@
+"""Measured speed factors on the spec ratio that transfers compute across GPUs (srifty.gpuspeed)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, Catalog
+from srifty.features import hardware_of, transfer_speeds
+from srifty.gpuspeed import (SingleGpuRate, fit_speed_corrections, read_corrections, read_lambda_single_gpu,
+                             spec_hardware)
+from srifty.validate import catalog_without_gpu_of, validate_gpu_transfer
+
+from conftest import ROOT
+
+LAMBDA = ROOT / "data" / "traces" / "lambda_compiled_single_gpu.csv"
+
+
+def _spec_speed(cat: Catalog, gpu: str, precision: str) -> float:
+    return spec_hardware(cat.gpu_spec(gpu)).speed_for(precision)
+
+
+def test_fit_recovers_the_factors_behind_synthetic_rates() -> None:
+    cat = Catalog.default()
+    truth = {"V100": 1.3, "A100": 1.0, "H100": 0.8}
+    rates = []
+    for net, scale in (("a", 1.0), ("b", 7.0), ("c", 0.05)):  # each network its own unit and size
+        for gpu, f in truth.items():
+            rates.append(SingleGpuRate("lambda", ("v1", net, "amp", "x/s"), gpu, "amp",
+                                       scale * _spec_speed(cat, gpu, "amp") * f))
+    # a GPU alone in its group says nothing of ratios; a GPU without specs (P100) is skipped
+    rates.append(SingleGpuRate("lambda", ("v1", "d", "amp", "x/s"), "B200", "amp", 123.0))
+    rates.append(SingleGpuRate("lambda", ("v1", "a", "amp", "x/s"), "P100", "amp", 5.0))
+    fit = {c.gpu_name: c for c in fit_speed_corrections(rates, cat, ridge=1e-9)}
+    assert set(fit) == set(truth) and all(c.flops == "fp16" and c.rates == 3 and c.networks == 3
+                                          for c in fit.values())
+    # ratios are identified exactly; the ridge centres the log factors (geometric mean 1)
+    assert fit["V100"].factor / fit["H100"].factor == pytest.approx(1.3 / 0.8, rel=1e-3)
+    assert fit["A100"].factor / fit["H100"].factor == pytest.approx(1.0 / 0.8, rel=1e-3)
+    assert math.prod(c.factor for c in fit.values()) == pytest.approx(1.0, abs=1e-3)
+    # a stronger ridge pulls every factor towards 1 (a GPU with few rates keeps its spec figure)
+    shrunk = {c.gpu_name: c.factor for c in fit_speed_corrections(rates, cat, ridge=10.0)}
+    assert all(abs(math.log(shrunk[g])) < abs(math.log(fit[g].factor)) for g in truth)
+    # keep= filters rates out of the fit
+    assert {c.gpu_name for c in fit_speed_corrections(rates, cat, keep=lambda r: r.gpu != "V100")} == {"A100", "H100"}
+
+
+def test_shipped_factors_are_the_fit_of_the_shipped_trace() -> None:
+    cat = Catalog.default()
+    shipped = read_corrections(DATA_DIR / SPEED_CORRECTIONS_CSV)
+    fresh = fit_speed_corrections(read_lambda_single_gpu(LAMBDA)[0], cat)
+    assert [(c.gpu_name, c.flops, c.rates, c.networks) for c in shipped] == \
+        [(c.gpu_name, c.flops, c.rates, c.networks) for c in fresh]
+    assert [c.factor for c in shipped] == pytest.approx([c.factor for c in fresh], abs=1e-4)
+    # what the data says: B200 runs well below its spec ratio, V100 above it
+    by = {(c.gpu_name, c.flops): c.factor for c in shipped}
+    assert by[("B200", "fp16")] < 0.85 and by[("V100", "fp32")] > 1.05
+
+
+def test_transfer_speeds_apply_factors_only_between_two_measured_gpus() -> None:
+    cat = Catalog.default()
+    by = {(c.gpu_name, c.flops): c.factor for c in cat.speed_corrections}
+    p4d, p3, g4dn = (hardware_of(cat, t) for t in ("p4d.24xlarge", "p3.8xlarge", "g4dn.xlarge"))
+    a100, v100 = cat.gpu_spec("A100"), cat.gpu_spec("V100")
+    # speed_for stays the spec figure; the factor is that of the FLOPS figure the precision runs on
+    assert p4d.speed_for("amp") == pytest.approx(
+        math.sqrt(a100.fp16_bf16_tensor_tflops_dense * a100.memory_bandwidth_gbytes_per_s))
+    assert p4d.speed_factor("amp") == by[("A100", "fp16")] and p4d.speed_factor("tf32") == by[("A100", "tf32")]
+    assert p4d.speed_factor("fp32") is None  # no FP32 factor fitted for A100
+    assert p3.flops_kind("tf32") == "fp32" and p3.speed_factor("tf32") == by[("V100", "fp32")]  # V100: no TF32
+    sa, sb = transfer_speeds(p3, p4d, "amp")
+    assert sb / sa == pytest.approx(_spec_speed(cat, "A100", "amp") * by[("A100", "fp16")]
+                                    / (math.sqrt(v100.fp16_bf16_tensor_tflops_dense * v100.memory_bandwidth_gbytes_per_s)
+                                       * by[("V100", "fp16")]))
+    # a GPU without a factor (T4), or a precision one side has none for: the spec ratio alone
+    for a, b, prec in ((g4dn, p4d, "amp"), (p4d, p3, "fp32")):
+        sa, sb = transfer_speeds(a, b, prec)
+        assert (sa, sb) == (a.speed_for(prec), b.speed_for(prec))
+    assert g4dn.speed_factors == ()
+
+
+def test_transfer_check_fits_factors_without_the_network_under_test() -> None:
+    cat = Catalog.default()
+    checks, _ = validate_gpu_transfer(cat)
+    rates = read_lambda_single_gpu(LAMBDA)[0]
+    c = next(c for c in checks if c.dataset == "lambda" and c.group[:3] == ("v2", "ResNet-50 v1.5", "amp")
+             and (c.source_gpu, c.target_gpu) == ("H100", "B200"))
+    fit = {(f.gpu_name, f.flops): f.factor
+           for f in fit_speed_corrections(rates, cat, keep=lambda r: r.group[1] != "ResNet-50 v1.5")}
+    spec = _spec_speed(cat, "B200", "amp") / _spec_speed(cat, "H100", "amp")
+    assert c.predicted_ratio["spec"] == pytest.approx(spec)
+    assert c.predicted_ratio["srifty"] == pytest.approx(spec * fit[("B200", "fp16")] / fit[("H100", "fp16")])
+    # NVIDIA's READMEs (never in the fit): a GPU's rate is the median over its README rows, and
+    # both GPUs have factors, fitted on all of Lambda
+    import csv
+    import statistics
+
+    with open(ROOT / "data/traces/nvidia_dle_single_gpu.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if (r["model"], r["framework"], r["precision"]) == ("resnet50v1.5", "PyTorch", "mixed")]
+    rate = {g: statistics.median(float(r["throughput_value"]) for r in rows if r["gpu_model"] == g)
+            for g in ("V100-SXM2-16GB", "A100-SXM4-80GB")}
+    d = next(c for c in checks if c.dataset == "nvidia-dle" and c.group[:3] == ("resnet50v1.5", "PyTorch", "amp")
+             and (c.source_gpu, c.target_gpu) == ("V100", "A100-80GB"))
+    assert d.measured_ratio == pytest.approx(rate["A100-SXM4-80GB"] / rate["V100-SXM2-16GB"])
+    every = {(f.gpu_name, f.flops): f.factor for f in fit_speed_corrections(rates, cat)}
+    spec = _spec_speed(cat, "A100-80GB", "amp") / _spec_speed(cat, "V100", "amp")
+    assert d.predicted_ratio["spec"] == pytest.approx(spec)
+    assert d.predicted_ratio["srifty"] == pytest.approx(spec * every[("A100-80GB", "fp16")] / every[("V100", "fp16")])
+    # Gavel: K80 has no factor, so its transfers keep the spec ratio
+    assert all(c.predicted_ratio["srifty"] == c.predicted_ratio["spec"] for c in checks if c.dataset == "gavel")
+
+
+def test_leave_one_type_out_refits_the_factors_without_the_held_out_chip() -> None:
+    cat = Catalog.default()
+    held = catalog_without_gpu_of(cat, "p4d.24xlarge")  # A100: A100-80GB is the same chip, out as well
+    names = {c.gpu_name for c in held.speed_corrections}
+    assert "A100" not in names and "A100-80GB" not in names and {"V100", "H100", "B200"} <= names
+    assert hardware_of(held, "p4d.24xlarge").speed_factors == ()
+    refit = {(c.gpu_name, c.flops): c.factor for c in fit_speed_corrections(
+        read_lambda_single_gpu(LAMBDA)[0], cat, keep=lambda r: not r.gpu.startswith("A100"))}
+    assert {(c.gpu_name, c.flops): c.factor for c in held.speed_corrections} == refit
+    assert cat.speed_corrections != held.speed_corrections  # the shipped catalog is untouched
+    assert catalog_without_gpu_of(cat, "g4dn.12xlarge") is cat  # T4 has no factor: nothing to hold out
