@@ -117,6 +117,26 @@ def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     assert (rec["forwards"], rec["backwards"], rec["steps"]) == (2, 2, 1)
 
 
+def test_autocast_makes_the_profile_mixed_precision(tmp_path: Path) -> None:
+    out = tmp_path / "amp.json"
+    res = run_srifty("profile", str(SCRIPTS / "autocast.py"), *QUICK, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    job = json.loads(out.read_text())["job"]
+    # the parameters (and gradients) stay float32; the math runs in bfloat16 tensor-core territory
+    assert (job["grad_dtype"], job["autocast_dtype"], job["precision"]) == ("float32", "bfloat16", "amp")
+
+
+def test_precision_of_a_job() -> None:
+    from srifty.profiling.launcher import job_precision
+
+    assert job_precision({"grad_dtype": "float32", "autocast_dtype": None, "float32_matmul_precision": "highest"}) \
+        == "float32"
+    assert job_precision({"grad_dtype": "float32", "autocast_dtype": "float16"}) == "amp"
+    assert job_precision({"grad_dtype": "float32", "float32_matmul_precision": "high"}) == "tf32"
+    assert job_precision({"grad_dtype": "bfloat16", "float32_matmul_precision": "high"}) == "bfloat16"
+    assert job_precision({}) is None
+
+
 def test_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path) -> None:
     out = tmp_path / "never.json"
     res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), "--nproc", "2", "--dry-run", "--out", str(out))

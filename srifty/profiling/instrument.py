@@ -148,6 +148,23 @@ class _OpenIteration:
     last_bwd_start: Any = None
 
 
+def math_precision() -> dict[str, Any]:
+    """What the model's math runs in, read inside its forward (so inside the script's autocast
+    context): the autocast dtype of the first device type with autocast on (None when off), and
+    PyTorch's float32 matmul precision ("high"/"medium" let matmuls use TF32 tensor cores)."""
+    import torch
+
+    autocast = None
+    for device in ("cuda", "cpu", "xpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                autocast = str(torch.get_autocast_dtype(device)).replace("torch.", "")
+                break
+        except (RuntimeError, TypeError, AttributeError):  # a device type this build does not know
+            continue
+    return {"autocast_dtype": autocast, "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
 def _first_batch_dim(obj: Any) -> int | None:
     if isinstance(obj, torch.Tensor):
         return int(obj.shape[0]) if obj.dim() > 0 else None
@@ -314,6 +331,8 @@ class Recorder:
                 _ORIGINAL_REGISTER_COMM_HOOK(
                     module, module.process_group, self.timed_comm_hook(default_hooks.allreduce_hook)
                 )
+        if self.forward_calls == 0 and self.model:
+            self.model.update(math_precision())
         self.forward_calls += 1
         mark = self.clock.mark()
         if not self.explicit and (self._open is None or self._open.steps > 0):

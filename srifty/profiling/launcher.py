@@ -35,6 +35,18 @@ from srifty.errors import ProfilingFailed, SriftyError
 RUN_ID_ENV = "SRIFTY_RUN_ID"
 
 
+def job_precision(model: dict[str, Any]) -> str | None:
+    """The profile's ``precision``, which picks the FLOPS figure that transfers compute across GPUs
+    (srifty.features.Hardware.flops_kind): "amp" under autocast to float16/bfloat16 (the
+    parameters and gradients stay float32), "tf32" for float32 parameters whose matmuls may use
+    TF32, else the parameters' dtype."""
+    if model.get("autocast_dtype") in ("float16", "bfloat16"):
+        return "amp"
+    if model.get("grad_dtype") == "float32" and model.get("float32_matmul_precision") in ("high", "medium"):
+        return "tf32"
+    return model.get("grad_dtype")
+
+
 @dataclass
 class ProfileRequest:
     """Everything ``srifty profile`` was asked to do."""
@@ -442,7 +454,8 @@ class ProfilingBackend(ABC):
                 "param_count": model.get("param_count"),
                 "grad_bytes": model.get("grad_bytes"),
                 "grad_dtype": model.get("grad_dtype"),
-                "precision": model.get("grad_dtype"),
+                "precision": job_precision(model),
+                "autocast_dtype": model.get("autocast_dtype"),
                 "bucket_cap_mb": model.get("bucket_cap_mb"),
                 "buckets": layout,
             },
