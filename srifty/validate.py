@@ -65,10 +65,59 @@ class SplitResult:
                 for m, e in self.errors.items()}
 
 
+@dataclass(frozen=True)
+class ReplicateFloor:
+    """How far a corpus's repeated measurements of one configuration lie from each other: the
+    error a predictor that knew each configuration's true mean step time would still make."""
+
+    corpus: str
+    rows: int  # multi-worker rows measured more than once (as the model sees them)
+    configurations: int  # distinct (model, configuration, per-worker batch) among them
+    mape: float  # estimated absolute percentage error of the true mean, %
+    by_model: tuple[tuple[str, float, int], ...]  # (model, MAPE %, rows)
+
+
+def replicate_floor(jobs: Sequence[JobProfile], corpus: str = "") -> ReplicateFloor | None:
+    """The noise floor of a corpus's multi-worker runs, from the rows it measured more than once.
+
+    Rows are replicates when the latency model cannot tell them apart: same model, same per-worker
+    batch, and the same instance type and worker count on each node up to the order of the nodes
+    (Pollux recorded placements 1+2+1+2 and 1+1+2+2 as different runs). Each row is compared with
+    the mean of its replicates: |y − mean of the others| · √((n−1)/n) / y estimates its distance
+    from the configuration's true mean (the √ term removes the others' own noise, so a pair
+    is not counted twice), averaged over rows. None when nothing was measured twice.
+    """
+    import numpy as np
+
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for j in jobs:
+        for r in j.runs:
+            if r.world_size < 2:
+                continue
+            types = [t for g in run_config(r).groups for t in [g.instance_type] * g.count]
+            nodes = tuple(sorted(zip(types, r.workers_per_node)))
+            groups.setdefault((j.model, nodes, r.local_batch_size), []).append(r.step_ms)
+    per_model: dict[str, list[float]] = {}
+    for (model, _, _), ys in groups.items():
+        n = len(ys)
+        if n < 2:
+            continue
+        y = np.asarray(ys, dtype=float)
+        others = (y.sum() - y) / (n - 1)
+        per_model.setdefault(model, []).extend(np.abs(y - others) * np.sqrt((n - 1) / n) / y * 100)
+    if not per_model:
+        return None
+    every = [e for es in per_model.values() for e in es]
+    configurations = sum(1 for (m, _, _), ys in groups.items() if len(ys) >= 2)
+    return ReplicateFloor(corpus, len(every), configurations, float(np.mean(every)),
+                          tuple((m, float(np.mean(es)), len(es)) for m, es in sorted(per_model.items())))
+
+
 @dataclass
 class ValidationReport:
     results: list[SplitResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    floors: list[ReplicateFloor] = field(default_factory=list)
 
     def pooled(self) -> dict[str, dict[str, dict[str, float]]]:
         """Per split (all folds pooled): method -> {mape, median, p90, n}."""
@@ -206,6 +255,9 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
     report = report if report is not None else ValidationReport()
     say = progress or (lambda _: None)
     first = len(report.results)
+    floor = replicate_floor(jobs, prefix.rstrip("/"))
+    if floor:
+        report.floors.append(floor)
     models = [j.model for j in jobs]
     for split in splits:
         if split.startswith("lomo"):
@@ -284,6 +336,16 @@ def _same_config(sweep_config: str, config: str) -> bool:
 # --------------------------------------------------------------------------- outputs
 
 
+def floor_sentence(f: ReplicateFloor) -> str:
+    """One paragraph: how far the corpus's repeated measurements of a configuration scatter."""
+    models = ", ".join(f"{m} {mape:.1f}%" for m, mape, _ in f.by_model)
+    return (f"Noise floor{f' ({f.corpus})' if f.corpus else ''}: {f.rows} multi-GPU rows are repeated measurements "
+            f"of {f.configurations} configurations (same model and per-worker batch, same GPUs on each node up to "
+            f"the order of the nodes); each lies on average {f.mape:.1f}% from its configuration's mean "
+            f"({models}). A model that sees only the configuration cannot expect to predict these rows more "
+            "closely; the splits' errors above include this scatter (srifty.validate.replicate_floor).")
+
+
 def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str], plot: str | None) -> str:
     pooled = report.pooled()
     lines = [
@@ -328,6 +390,8 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         lines += ["", f"{split}: over the {n} rows whose gradient size the profile states (parameter count or "
                   f"gradient bytes; the others have neither, so their communication cannot be simulated), "
                   f"the model's MAPE is {mape:.1f}%."]
+    for f in report.floors:
+        lines += ["", floor_sentence(f)]
     lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")
               if not_best else "The learned model beats every baseline on every fold."]
     if report.notes:
@@ -689,6 +753,9 @@ def render_readme_table(report: ValidationReport, checks: Sequence[AllreduceChec
                      f"{ms['simulator']['mape']:.1f} | {ms[base]['mape']:.1f} ({base}) | {wins} of {len(folds)} | "
                      + (f"{known[split][0]:.1f} ({known[split][1]}) |" if split in known else "all rows |")
                      + (f" {ms['model']['inside_interval']:.0%} |" if "inside_interval" in ms["model"] else " |"))
+    for f in report.floors:
+        lines.append(f"| {f.corpus + ': ' if f.corpus else ''}noise floor: repeated measurements of one configuration, "
+                     f"distance from its mean | {f.rows} | {f.mape:.1f} | | | | | |")
     if checks:
         ape = {m: np.concatenate([c.ape(m) for c in checks]) for m in COMM_METHODS}
         lines.append(f"| allreduce, nccl-tests on {', '.join(sorted({c.instance_type for c in checks}))} "

@@ -579,9 +579,7 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     is scored on exactly the rows it should hold out, and the report is written."""
     from srifty.features import load_corpus
     from srifty.model import measured_allreduce
-    from srifty.validate import METHODS
-
-    from srifty.validate import README_END, README_START
+    from srifty.validate import METHODS, README_END, README_START, replicate_floor
 
     out = tmp_path / "ACCURACY.md"
     readme = tmp_path / "README.md"
@@ -614,6 +612,13 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
         assert set(st) == set(METHODS)
         assert all(0 <= st[k]["median"] <= st[k]["p90"] and np.isfinite(st[k]["mape"]) for k in st)
     assert "| lambda/lomo-1gpu |" in out.read_text()
+    # the noise floor: Pollux measured some configurations more than once (node order aside)
+    floor = json.loads(res.stdout)["noise_floor"]["pollux"]
+    assert floor["rows"] == replicate_floor(pollux, "pollux").rows > 0 and 0 < floor["mape"] < 50
+    assert sum(m["rows"] for m in floor["by_model"].values()) == floor["rows"]
+    assert f"pollux: noise floor: repeated measurements of one configuration, distance from its mean | " \
+           f"{floor['rows']} | {floor['mape']:.1f} |" in text
+    assert f"Noise floor (pollux): {floor['rows']} multi-GPU rows" in out.read_text()
     # the communication model against measured nccl-tests allreduces, one row per type and node count
     allreduce = json.loads(res.stdout)["allreduce"]
     rows, _ = measured_allreduce()
@@ -765,3 +770,25 @@ def test_a_gpu_without_a_stated_bandwidth_is_compared_on_the_same_basis() -> Non
     assert 0.8 < t4g.speed_for("fp32") / t4.speed_for("fp32") < 1.25
     assert t4g.mem_gbytes_per_s == pytest.approx(8.14 * median_gbytes_per_tflop())
     assert any("imputed" in n for n in t4g.notes) and not any("imputed" in n for n in t4.notes)
+
+
+def test_replicate_floor_against_hand_arithmetic() -> None:
+    """Repeated measurements of one configuration (node order ignored) give the noise floor:
+    each row's distance from the mean of the others, scaled by √((n−1)/n)."""
+    from srifty.features import JobProfile, Run
+    from srifty.validate import floor_sentence, replicate_floor
+
+    t = "g4dn.12xlarge"
+    runs = [Run(t, (1, 2), 32, 100.0), Run(t, (2, 1), 32, 110.0),  # one configuration, node order swapped
+            Run(t, (2, 2), 32, 200.0), Run(t, (2, 2), 32, 190.0), Run(t, (2, 2), 32, 210.0),
+            Run(t, (2, 2), 64, 300.0),  # another batch: measured once, not a replicate
+            Run(t, (1,), 32, 50.0), Run(t, (1,), 32, 60.0)]  # single-worker rows: not what the splits test
+    floor = replicate_floor([JobProfile("a", runs), JobProfile("b", [Run(t, (1, 1), 8, 10.0)])], "corpus")
+    assert floor is not None and (floor.rows, floor.configurations) == (5, 2)
+    pair = [10 * np.sqrt(1 / 2) / 100, 10 * np.sqrt(1 / 2) / 110]
+    triple = [abs(200 - 200) / 200, abs(190 - 205) / 190, abs(210 - 195) / 210]
+    triple = [e * np.sqrt(2 / 3) for e in triple]
+    assert floor.mape == pytest.approx(np.mean(pair + triple) * 100)
+    assert floor.by_model == (("a", pytest.approx(floor.mape), 5),)
+    assert f"each lies on average {floor.mape:.1f}% from" in floor_sentence(floor)
+    assert replicate_floor([JobProfile("b", [Run(t, (1, 1), 8, 10.0)])]) is None

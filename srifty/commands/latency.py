@@ -236,7 +236,10 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         gpu_transfer = {ds: {"transfers": len(mine), **{f"{k}_mape": float(e.mean())
                                                          for k, e in v.transfer_errors(mine).items()}}
                         for ds, mine in v.by_dataset(transfer).items()}
-        click.echo(json.dumps({"splits": pooled, "grad_known": known, "allreduce": allreduce,
+        floors = {f.corpus: {"rows": f.rows, "configurations": f.configurations, "mape": f.mape,
+                             "by_model": {name: {"mape": mape, "rows": n} for name, mape, n in f.by_model}}
+                  for f in report.floors}
+        click.echo(json.dumps({"splits": pooled, "grad_known": known, "noise_floor": floors, "allreduce": allreduce,
                                "gpu_transfer": gpu_transfer, "notes": report.notes + comm_notes + transfer_notes},
                               indent=1))
         return
@@ -252,6 +255,9 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         if best != "model":
             click.echo(f"note: {r.split}/{r.fold}: {best} ({st[best]['mape']:.1f}%) beats the model "
                        f"({st['model']['mape']:.1f}%)", err=True)
+    for f in report.floors:
+        click.echo(f"noise floor{' ' + f.corpus if f.corpus else ''}: {f.rows} repeated rows lie {f.mape:.1f}% "
+                   "from their configuration's mean (MAPE)")
     for c in checks:
         click.echo(f"allreduce {c.instance_type} {c.nodes}x{c.gpus_per_node} ({len(c.sizes)} sizes): MAPE "
                    + ", ".join(f"{k} {c.mape(k):.1f}%" for k in v.COMM_METHODS))
