@@ -627,8 +627,19 @@ class Catalog:
         return [self.get(n) for n in names]
 
     def get(self, name: str) -> InstanceType:
-        """One instance type with its prices in every region (unknown -> SriftyError with 'Did you mean')."""
-        return instance_type_from_rows_impl(_rows_of(self.df, name.strip()))
+        """One instance type with its prices in every region (unknown -> SriftyError with 'Did you mean').
+        Built once per name: InstanceType is frozen and the catalog's rows never change once read."""
+        key = name.strip()
+        types: dict[str, InstanceType] = self.__dict__.setdefault("_types", {})
+        if key not in types:
+            types[key] = instance_type_from_rows_impl(_rows_of(self.df, key))
+        return types[key]
+
+    def has(self, name: str) -> bool:
+        """Whether the catalog lists ``name`` (a set lookup; no 'Did you mean' search)."""
+        if "_names" not in self.__dict__:
+            self._names = frozenset(self.df["instance_type"])
+        return name.strip() in self._names
 
     def ondemand_price(self, name: str, region: str | None = None) -> float | None:
         return get_ondemand_price_impl(self.df, name, region or self.default_region)
@@ -647,7 +658,10 @@ class Catalog:
         return get_interruption_rate_impl(self.df, name, region or self.default_region)
 
     def gpu_spec(self, gpu_name: str) -> GpuSpec | None:
-        return get_gpu_spec_impl(self.gpu_specs, gpu_name)
+        specs: dict[str, GpuSpec | None] = self.__dict__.setdefault("_gpu_spec_of", {})
+        if gpu_name not in specs:
+            specs[gpu_name] = get_gpu_spec_impl(self.gpu_specs, gpu_name)
+        return specs[gpu_name]
 
     def regions(self) -> list[str]:
         return sorted(r for r in set(self.df["region"]) if r)

@@ -153,7 +153,20 @@ class JobProfile:
     @property
     def instance_types(self) -> list[str]:
         """Types with runs of their own (a mixed run does not profile any one type)."""
-        return sorted({r.instance_type for r in self.runs if not r.mixed})
+        return sorted(self._runs_by_type())
+
+    def _runs_by_type(self) -> dict[str, list[Run]]:
+        """The runs of each type alone (mixed runs left out), built once for this list of runs
+        (again if the list is replaced or grows): validation asks per row, over thousands of runs."""
+        cached = self.__dict__.get("_by_type")
+        if cached is None or cached[0] is not self.runs or cached[1] != len(self.runs):
+            table: dict[str, list[Run]] = {}
+            for r in self.runs:
+                if not r.mixed:
+                    table.setdefault(r.instance_type, []).append(r)
+            cached = (self.runs, len(self.runs), table)
+            self.__dict__["_by_type"] = cached
+        return cached[2]
 
     def restricted(self, keep: Callable[[Run], bool], forget_size: bool = False) -> "JobProfile":
         """The same job seeing only the runs ``keep`` accepts (for held-out validation)."""
@@ -163,7 +176,7 @@ class JobProfile:
         return out
 
     def compute_curve(self, instance_type: str) -> ComputeCurve | None:
-        runs = [r for r in self.runs if r.instance_type == instance_type and not r.mixed]
+        runs = self._runs_by_type().get(instance_type, [])
         if not runs:
             return None
         smallest = min(r.world_size for r in runs)
@@ -176,14 +189,14 @@ class JobProfile:
     def compute_rel_ci(self, instance_type: str) -> float | None:
         """The loosest relative 95% CI half-width of the single-worker runs ``instance_type``'s
         compute is read from (None when no profile states one)."""
-        cis = [r.rel_ci for r in self.runs if r.instance_type == instance_type and not r.mixed
-               and r.world_size == 1 and r.rel_ci is not None]
+        cis = [r.rel_ci for r in self._runs_by_type().get(instance_type, [])
+               if r.world_size == 1 and r.rel_ci is not None]
         return max(cis) if cis else None
 
     def post_curve(self, instance_type: str) -> ComputeCurve | None:
         """Optimizer + other time per step on ``instance_type`` (single-worker runs that split it)."""
-        pts = [(r.local_batch_size, r.post_ms) for r in self.runs
-               if r.instance_type == instance_type and not r.mixed and r.world_size == 1 and r.post_ms is not None]
+        pts = [(r.local_batch_size, r.post_ms) for r in self._runs_by_type().get(instance_type, [])
+               if r.world_size == 1 and r.post_ms is not None]
         return ComputeCurve.from_points(pts) if pts else None
 
     def measured_run(self, config: "ClusterConfig", local_batch_size: int) -> Run | None:
@@ -554,6 +567,7 @@ class FeatureBuilder:
         self.link_scale = link_scale or LinkScale()
         self._hw: dict[str, Hardware] = {}
         self._curves: dict[str, ComputeCurve | None] = {}
+        self._rel_ci: dict[str, float | None] = {}
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
     def hardware(self, name: str) -> Hardware:
@@ -640,6 +654,11 @@ class FeatureBuilder:
         got = self._transfer(instance_type, batch, self.post_ms_curve)
         return got[0] if got else 0.0
 
+    def rel_ci(self, instance_type: str) -> float | None:
+        if instance_type not in self._rel_ci:
+            self._rel_ci[instance_type] = self.job.compute_rel_ci(instance_type)
+        return self._rel_ci[instance_type]
+
     def post_ms_curve(self, instance_type: str) -> ComputeCurve | None:
         key = "post:" + instance_type
         if key not in self._curves:
@@ -662,7 +681,7 @@ class FeatureBuilder:
             hws.append(hw)
             wpn = g.workers_per_node or hw.slots
             wpn_all.extend([wpn] * g.count)
-            ci = self.job.compute_rel_ci(g.instance_type)
+            ci = self.rel_ci(g.instance_type)
             if ci is not None and ci > LOOSE_PROFILE_CI:
                 loosest = max(loosest, ci)
                 note = loose_profile_note(self.job.model, g.instance_type, ci)

@@ -917,19 +917,18 @@ class CombinedCatalog:
     def __init__(self, first: "Catalog", second: "Catalog") -> None:
         self.first, self.second = first, second
 
-    def get(self, name: str) -> Any:
-        try:
-            return self.first.get(name)
-        except SriftyError:
-            pass
-        try:
-            return self.second.get(name)
-        except SriftyError:
-            from srifty.catalog import did_you_mean
+    def has(self, name: str) -> bool:
+        return self.first.has(name) or self.second.has(name)
 
-            known = list(self.first.df["instance_type"]) + list(self.second.df["instance_type"])
-            raise SriftyError(f"Unknown instance type {name!r}.{did_you_mean(name, known)}",
-                              "To see what the catalog has: srifty catalog list.") from None
+    def get(self, name: str) -> Any:
+        for catalog in (self.first, self.second):
+            if catalog.has(name):
+                return catalog.get(name)
+        from srifty.catalog import did_you_mean
+
+        known = list(self.first.df["instance_type"]) + list(self.second.df["instance_type"])
+        raise SriftyError(f"Unknown instance type {name!r}.{did_you_mean(name, known)}",
+                          "To see what the catalog has: srifty catalog list.")
 
     def gpu_spec(self, gpu_name: str) -> Any:
         return self.first.gpu_spec(gpu_name)
