@@ -155,18 +155,25 @@ class JobProfile:
         """Types with runs of their own (a mixed run does not profile any one type)."""
         return sorted(self._runs_by_type())
 
-    def _runs_by_type(self) -> dict[str, list[Run]]:
-        """The runs of each type alone (mixed runs left out), built once for this list of runs
-        (again if the list is replaced or grows): validation asks per row, over thousands of runs."""
-        cached = self.__dict__.get("_by_type")
+    def _index(self, name: str, build: Callable[[list[Run]], Any]) -> Any:
+        """``build(runs)``, built once for this list of runs (again if the list is replaced or
+        grows): validation and prediction look runs up per row, over thousands of runs."""
+        cached = self.__dict__.get(name)
         if cached is None or cached[0] is not self.runs or cached[1] != len(self.runs):
+            cached = (self.runs, len(self.runs), build(self.runs))
+            self.__dict__[name] = cached
+        return cached[2]
+
+    def _runs_by_type(self) -> dict[str, list[Run]]:
+        """The runs of each type alone (mixed runs left out)."""
+        def build(runs: list[Run]) -> dict[str, list[Run]]:
             table: dict[str, list[Run]] = {}
-            for r in self.runs:
+            for r in runs:
                 if not r.mixed:
                     table.setdefault(r.instance_type, []).append(r)
-            cached = (self.runs, len(self.runs), table)
-            self.__dict__["_by_type"] = cached
-        return cached[2]
+            return table
+
+        return self._index("_by_type", build)
 
     def restricted(self, keep: Callable[[Run], bool], forget_size: bool = False) -> "JobProfile":
         """The same job seeing only the runs ``keep`` accepts (for held-out validation)."""
@@ -206,14 +213,13 @@ class JobProfile:
             return tuple(sorted((g.instance_type, int(g.workers_per_node or 0))
                                 for g in c.groups for _ in range(g.count)))
 
-        index = self.__dict__.get("_measured_index")
-        if index is None or index[0] != len(self.runs):  # built once (again if runs were added)
+        def build(all_runs: list[Run]) -> dict[tuple[Any, int], list[Run]]:
             table: dict[tuple[Any, int], list[Run]] = {}
-            for r in self.runs:
+            for r in all_runs:
                 table.setdefault((hosts(run_config(r)), r.local_batch_size), []).append(r)
-            index = (len(self.runs), {k: sorted(v, key=lambda r: r.step_ms) for k, v in table.items()})
-            self.__dict__["_measured_index"] = index
-        runs = index[1].get((hosts(config), local_batch_size))
+            return {k: sorted(v, key=lambda r: r.step_ms) for k, v in table.items()}
+
+        runs = self._index("_measured_index", build).get((hosts(config), local_batch_size))
         return runs[len(runs) // 2] if runs else None
 
     def measured(self, instance_type: str, workers_per_node: Sequence[int], local_batch_size: int) -> float | None:
