@@ -59,6 +59,46 @@ def test_cnn_profile_records_what_the_issue_asks(cnn_profile: profile_mod.Profil
         assert meas["achieved_rel_ci"] <= 1.5 * meas["target_rel_ci"]
 
 
+def _expected_forward_flops(model: "torch.nn.Module", x: "torch.Tensor") -> tuple[int, int]:
+    """(conv FLOPs, all FLOPs) of one forward, computed from the layers' shapes: 2 multiply-adds
+    per output element and input element of a convolution's window, 2 per weight of a linear
+    layer per sample."""
+    import torch
+
+    conv, dense = [], []
+
+    def on_conv(m: torch.nn.Conv2d, args: tuple, out: torch.Tensor) -> None:
+        conv.append(2 * out.numel() * (m.in_channels // m.groups) * m.kernel_size[0] * m.kernel_size[1])
+
+    def on_linear(m: torch.nn.Linear, args: tuple, out: torch.Tensor) -> None:
+        dense.append(2 * args[0].shape[0] * m.in_features * m.out_features)
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            m.register_forward_hook(on_conv)
+        elif isinstance(m, torch.nn.Linear):
+            m.register_forward_hook(on_linear)
+    with torch.no_grad():
+        model(x)
+    return sum(conv), sum(conv) + sum(dense)
+
+
+def test_cnn_profile_counts_flops_and_picks_tf32(cnn_profile: profile_mod.Profile) -> None:
+    # PyTorch lets cuDNN run float32 convolutions in TF32 by default: a float32 CNN is a TF32 job
+    import torch
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from cnn_resnet import ResNet
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    conv, total = _expected_forward_flops(ResNet(), torch.randn(32, 3, 32, 32))
+    job = cnn_profile.doc["job"]
+    assert job["forward_flops"] == total
+    assert job["tf32_flop_share"] == pytest.approx(conv / total)
+    assert job["precision"] == "tf32"
+
+
 def test_compute_plus_exposed_comm_explains_iteration_time(cnn_profile: profile_mod.Profile) -> None:
     """Forward + backward compute + exposed communication + optimizer is within 10% of the iteration."""
     doc = cnn_profile.doc
@@ -115,6 +155,10 @@ def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     rec = doc["ranks"][0]["iterations"][-1]
     # two micro-batches per iteration: two forwards, two backwards, one step
     assert (rec["forwards"], rec["backwards"], rec["steps"]) == (2, 2, 1)
+    # an MLP under the default float32 matmul precision: no TF32, float32 math
+    job = doc["job"]
+    assert job["forward_flops"] == 2 * 32 * (64 * 256 + 256 * 256 + 256 * 10)
+    assert (job["tf32_flop_share"], job["precision"]) == (0.0, "float32")
 
 
 def test_autocast_makes_the_profile_mixed_precision(tmp_path: Path) -> None:
@@ -127,7 +171,7 @@ def test_autocast_makes_the_profile_mixed_precision(tmp_path: Path) -> None:
 
 
 def test_precision_of_a_job() -> None:
-    from srifty.profiling.launcher import job_precision
+    from srifty.profiling.launcher import job_precision, tf32_flop_share
 
     assert job_precision({"grad_dtype": "float32", "autocast_dtype": None, "float32_matmul_precision": "highest"}) \
         == "float32"
@@ -135,6 +179,15 @@ def test_precision_of_a_job() -> None:
     assert job_precision({"grad_dtype": "float32", "float32_matmul_precision": "high"}) == "tf32"
     assert job_precision({"grad_dtype": "bfloat16", "float32_matmul_precision": "high"}) == "bfloat16"
     assert job_precision({}) is None
+    # with the forward's FLOPs counted, what runs in TF32 decides: cuDNN convolutions (on by
+    # default) and matmuls (only at "high"/"medium")
+    cnn = {"grad_dtype": "float32", "conv_flop_share": 0.97, "float32_matmul_precision": "highest"}
+    assert job_precision({**cnn, "cudnn_allow_tf32": True}) == "tf32"
+    assert job_precision({**cnn, "cudnn_allow_tf32": False}) == "float32"
+    assert job_precision({**cnn, "conv_flop_share": 0.1, "cudnn_allow_tf32": True}) == "float32"
+    assert job_precision({**cnn, "conv_flop_share": 0.1, "float32_matmul_precision": "high"}) == "tf32"
+    assert tf32_flop_share({**cnn, "cudnn_allow_tf32": True, "float32_matmul_precision": "high"}) == 1.0
+    assert tf32_flop_share({**cnn, "cudnn_allow_tf32": False}) == 0.0
 
 
 def test_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path) -> None:

@@ -150,10 +150,13 @@ class _OpenIteration:
 
 def math_precision() -> dict[str, Any]:
     """What the model's math runs in, read inside its forward (so inside the script's autocast
-    context): the autocast dtype of the first device type with autocast on (None when off), and
-    PyTorch's float32 matmul precision ("high"/"medium" let matmuls use TF32 tensor cores)."""
-    import torch
-
+    context): the autocast dtype of the first device type with autocast on (None when off),
+    PyTorch's float32 matmul precision ("high"/"medium" let matmuls use TF32 tensor cores) and
+    whether cuDNN may run float32 convolutions in TF32 (PyTorch's default: it may)."""
+    try:
+        cudnn_tf32: bool | None = bool(torch.backends.cudnn.allow_tf32)
+    except (AttributeError, RuntimeError):  # pragma: no cover - a build without the flag
+        cudnn_tf32 = None
     autocast = None
     for device in ("cuda", "cpu", "xpu"):
         try:
@@ -162,7 +165,46 @@ def math_precision() -> dict[str, Any]:
                 break
         except (RuntimeError, TypeError, AttributeError):  # a device type this build does not know
             continue
-    return {"autocast_dtype": autocast, "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    return {"autocast_dtype": autocast, "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn_allow_tf32": cudnn_tf32}
+
+
+def forward_flops(counts: dict[Any, int]) -> dict[str, Any]:
+    """Summarise one forward's FLOPs as torch.utils.flop_counter counts them (convolutions,
+    matmuls and attention, per aten op): the total and the convolutions' share, which decides
+    whether TF32 settings matter to a float32 model (cuDNN convolutions and cuBLAS matmuls
+    follow different switches)."""
+    total = sum(int(v) for v in counts.values())
+    conv = sum(int(v) for op, v in counts.items() if "conv" in str(op))
+    return {"forward_flops": total, "conv_flop_share": conv / total if total else None}
+
+
+class _FlopCount:
+    """Counts the FLOPs of one forward pass: entered by the DDP forward pre-hook, left by the
+    post-hook (torch.utils.flop_counter.FlopCounterMode). Best effort: a model the counter cannot
+    trace leaves the figures unknown rather than failing the profile."""
+
+    def __init__(self) -> None:
+        self.mode: Any = None
+
+    def start(self) -> None:
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self.mode = FlopCounterMode(display=False)
+            self.mode.__enter__()
+        except Exception:  # noqa: BLE001 - never let the counter break the user's job
+            self.mode = None
+
+    def stop(self) -> dict[str, Any] | None:
+        mode, self.mode = self.mode, None
+        if mode is None:
+            return None
+        try:
+            mode.__exit__(None, None, None)
+            return forward_flops(mode.get_flop_counts().get("Global", {}))
+        except Exception:  # noqa: BLE001
+            return None
 
 
 def _first_batch_dim(obj: Any) -> int | None:
@@ -191,6 +233,7 @@ class Recorder:
         self.model: dict[str, Any] = {}
         self.bucket_layout: list[dict[str, Any]] = []
         self.forward_calls = 0
+        self._flops = _FlopCount()
         self.backward_calls = 0
         self.step_calls = 0
         self.explicit = False
@@ -333,6 +376,7 @@ class Recorder:
                 )
         if self.forward_calls == 0 and self.model:
             self.model.update(math_precision())
+            self._flops.start()
         self.forward_calls += 1
         mark = self.clock.mark()
         if not self.explicit and (self._open is None or self._open.steps > 0):
@@ -347,6 +391,9 @@ class Recorder:
         self._fwd_started = mark
 
     def _on_forward_post(self, module: Any, args: Any, output: Any) -> None:
+        counted = self._flops.stop()
+        if counted is not None:
+            self.model.update(counted)
         if self._fwd_started is None or self._open is None:
             return
         end = self.clock.mark()

@@ -35,15 +35,32 @@ from srifty.errors import ProfilingFailed, SriftyError
 RUN_ID_ENV = "SRIFTY_RUN_ID"
 
 
+def tf32_flop_share(model: dict[str, Any]) -> float | None:
+    """The share of a float32 model's FLOPs that PyTorch lets run on TF32 tensor cores where the
+    GPU has them: convolutions when cuDNN may use TF32 (PyTorch's default), matmuls and attention
+    when the float32 matmul precision is "high" or "medium" (the default "highest" keeps them
+    IEEE float32). None when the forward's FLOPs were not counted."""
+    conv = model.get("conv_flop_share")
+    if conv is None:
+        return None
+    matmul_tf32 = model.get("float32_matmul_precision") in ("high", "medium")
+    return conv * bool(model.get("cudnn_allow_tf32")) + (1.0 - conv) * matmul_tf32
+
+
 def job_precision(model: dict[str, Any]) -> str | None:
     """The profile's ``precision``, which picks the FLOPS figure that transfers compute across GPUs
     (srifty.features.Hardware.flops_kind): "amp" under autocast to float16/bfloat16 (the
-    parameters and gradients stay float32), "tf32" for float32 parameters whose matmuls may use
-    TF32, else the parameters' dtype."""
+    parameters and gradients stay float32); "tf32" for float32 parameters when most of the
+    forward's FLOPs may run in TF32 (:func:`tf32_flop_share`: a CNN under PyTorch's defaults, a
+    transformer with ``torch.set_float32_matmul_precision("high")``); else the parameters' dtype."""
     if model.get("autocast_dtype") in ("float16", "bfloat16"):
         return "amp"
-    if model.get("grad_dtype") == "float32" and model.get("float32_matmul_precision") in ("high", "medium"):
-        return "tf32"
+    if model.get("grad_dtype") == "float32":
+        share = tf32_flop_share(model)
+        if share is None:  # FLOPs not counted: the matmul switch alone decides
+            share = float(model.get("float32_matmul_precision") in ("high", "medium"))
+        if share >= 0.5:
+            return "tf32"
     return model.get("grad_dtype")
 
 
@@ -456,6 +473,8 @@ class ProfilingBackend(ABC):
                 "grad_dtype": model.get("grad_dtype"),
                 "precision": job_precision(model),
                 "autocast_dtype": model.get("autocast_dtype"),
+                "forward_flops": model.get("forward_flops"),
+                "tf32_flop_share": tf32_flop_share(model),
                 "bucket_cap_mb": model.get("bucket_cap_mb"),
                 "buckets": layout,
             },
