@@ -42,7 +42,8 @@ repeatability:
 	$(BIN)/python scripts/repeatability.py
 
 # Measured factors on the spec speed ratio of GPUs (srifty/data/gpu_speed_corrections.csv), from
-# Lambda's compiled single-GPU tables; then `make model` (the model card hashes the file).
+# Lambda's compiled single-GPU tables, and how far transfers miss on rates left out of the fit
+# (srifty/data/gpu_transfer_error.json); then `make model` (the model card hashes both files).
 gpu-speed:
 	$(BIN)/python scripts/fit_gpu_speed.py
 

@@ -23,6 +23,7 @@ docs/ACCURACY.md, "Compute transfer across GPUs".
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -51,6 +52,33 @@ class SingleGpuRate:
     gpu: str  # srifty's GPU name (catalog.gpu_spec)
     precision: str  # srifty's precision name (fp32, tf32, amp)
     rate: float  # iterations or samples per second
+
+
+@dataclass(frozen=True)
+class TransferError:
+    """How far a compute time transferred to another GPU has missed: the 5% and 95% quantiles of
+    log(measured time / transferred time) over single-GPU rates measured on two GPUs (Lambda's
+    tables with each network's own factors left out of the fit, NVIDIA DeepLearningExamples and
+    Gavel, which no fit uses). The latency model widens the interval of a transferred
+    prediction by it (srifty.model.LatencyModel.predict_interval)."""
+
+    q05: float
+    q95: float
+    transfers: int
+
+    def to_json(self) -> str:
+        return json.dumps({"q05": round(self.q05, 4), "q95": round(self.q95, 4), "transfers": self.transfers,
+                           "what": "quantiles of log(measured / transferred time) of srifty's GPU speed ratio; "
+                                   "written by `make gpu-speed` (scripts/fit_gpu_speed.py)"}, indent=1) + "\n"
+
+
+def read_transfer_error(path: str | Path) -> TransferError | None:
+    """The figures :meth:`TransferError.to_json` wrote; None if the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    d = json.loads(path.read_text())
+    return TransferError(float(d["q05"]), float(d["q95"]), int(d["transfers"]))
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from srifty.catalog import Catalog
+    from srifty.gpuspeed import TransferError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ("profiles/pollux", "profiles/lambda", "profiles/emulated")
@@ -552,6 +553,13 @@ class LatencyModel:
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
         hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
+        spread = gpu_transfer_error()
+        moved = (np.asarray(X["transferred"], dtype=float) > 0) & (np.asarray(X["emulated"], dtype=float) == 0)
+        if spread is not None and moved.any():
+            # compute carried to a GPU nobody profiled misses by as much as measured transfers did
+            # (srifty.gpuspeed.TransferError), independently of the residual's error: in quadrature
+            lo = np.where(moved, center - np.hypot(center - lo, min(spread.q05, 0.0)), lo)
+            hi = np.where(moved, center + np.hypot(hi - center, max(spread.q95, 0.0)), hi)
         sim = np.asarray(X["sim_ms"], dtype=float)
         return sim * np.exp(lo), sim * np.exp(hi)
 
@@ -813,12 +821,22 @@ def installed_versions() -> dict[str, str]:
 # them makes a saved model stale (its card records their hash).
 MODEL_CODE = tuple(Path(__file__).resolve().parent / f
                    for f in ("features.py", "simulate.py", "model.py", "data/gpu_specs.csv",
-                             "data/gpu_speed_corrections.csv"))
+                             "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))
+
+
+@lru_cache(maxsize=1)
+def gpu_transfer_error() -> "TransferError | None":
+    """How far GPU-to-GPU compute transfers have missed (srifty/data/gpu_transfer_error.json,
+    `make gpu-speed`); None without the file."""
+    from srifty.catalog import DATA_DIR, TRANSFER_ERROR_JSON
+    from srifty.gpuspeed import read_transfer_error
+
+    return read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)
 
 
 @lru_cache(maxsize=1)
 def code_sha256() -> str:
-    """SHA-256 over MODEL_CODE (simulator, features, model, GPU specs and speed factors)."""
+    """SHA-256 over MODEL_CODE (simulator, features, model, GPU specs, speed factors and their measured spread)."""
     h = hashlib.sha256()
     for f in MODEL_CODE:
         h.update(f.name.encode() + b"\0" + f.read_bytes())

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from srifty.catalog import Catalog
+    from srifty.gpuspeed import TransferError
 
 METHODS = ("model", "simulator", "pollux", "linear")
 
@@ -175,8 +176,17 @@ def fit_pollux(compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray", 
     def loss(p: "np.ndarray") -> float:
         return float(np.mean(np.abs(np.log(_pollux_predict(p, compute, nodes, world, scale) / y))))
 
-    x0 = np.log(np.array([5.0, 1.0, 20.0, 2.0, 1.0]))
-    return minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-5}).x
+    # Nelder-Mead from one start lands in whichever basin is nearest (the fit moved between
+    # 35% and 170% MAPE with small changes of the rows): start from a spread of sync scales and
+    # γ, keep the lowest training loss
+    best = None
+    for sync_scale in (0.1, 1.0, 10.0):
+        for g0 in (0.1, 1.0, 3.0):
+            x0 = np.log(np.array([5.0 * sync_scale, 1.0 * sync_scale, 20.0 * sync_scale, 2.0 * sync_scale, g0]))
+            fit = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-5})
+            if best is None or fit.fun < best.fun:
+                best = fit
+    return best.x
 
 
 # --------------------------------------------------------------------------- one fold
@@ -394,6 +404,14 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         lines += ["", floor_sentence(f)]
     lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")
               if not_best else "The learned model beats every baseline on every fold."]
+    pooled_losses = []
+    for split, by_method in report.pooled().items():
+        best = min(METHODS, key=lambda m: by_method[m]["mape"])
+        if best != "model":
+            pooled_losses.append(f"{split} ({best} {by_method[best]['mape']:.1f}% against the model's "
+                                 f"{by_method['model']['mape']:.1f}%)")
+    lines += ["", ("Pooled over its folds, a baseline is better on: " + ", ".join(pooled_losses) + ".")
+              if pooled_losses else "Pooled over its folds, the learned model beats every baseline on every split."]
     if report.notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in report.notes]
     if plot:
@@ -672,6 +690,17 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
     checks = [TransferCheck(ds, group, a.gpu, b.gpu, b.rate / a.rate, predicted(a, b))
               for (ds, group), members in sorted(groups.items()) for a in members for b in members if a.gpu != b.gpu]
     return checks, notes
+
+
+def transfer_error(checks: Sequence[TransferCheck]) -> "TransferError":
+    """The spread of srifty's transfers over ``checks``: 5% and 95% quantiles of the log of
+    measured over transferred time (a transfer predicts time × measured / predicted speed ratio)."""
+    import numpy as np
+
+    from srifty.gpuspeed import TransferError
+
+    e = np.log([c.predicted_ratio["srifty"] / c.measured_ratio for c in checks])
+    return TransferError(float(np.quantile(e, 0.05)), float(np.quantile(e, 0.95)), len(e))
 
 
 def by_dataset(checks: Sequence[TransferCheck]) -> dict[str, list[TransferCheck]]:

@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, Catalog
+from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON, Catalog
 from srifty.features import hardware_of, transfer_speeds
 from srifty.gpuspeed import (SingleGpuRate, fit_speed_corrections, read_corrections, read_lambda_single_gpu,
-                             spec_hardware)
-from srifty.validate import catalog_without_gpu_of, validate_gpu_transfer
+                             read_transfer_error, spec_hardware)
+from srifty.validate import TransferCheck, catalog_without_gpu_of, transfer_error, validate_gpu_transfer
 
 from conftest import ROOT
 
@@ -55,6 +55,27 @@ def test_shipped_factors_are_the_fit_of_the_shipped_trace() -> None:
     # what the data says: B200 runs well below its spec ratio, V100 above it
     by = {(c.gpu_name, c.flops): c.factor for c in shipped}
     assert by[("B200", "fp16")] < 0.85 and by[("V100", "fp32")] > 1.05
+
+
+def test_transfer_error_is_the_spread_of_transferred_over_measured_time() -> None:
+    import numpy as np
+
+    # a transfer predicting the target 2x faster than measured puts its time at half the truth
+    checks = [TransferCheck("x", ("m",), "A", "B", measured, {"srifty": 1.0})
+              for measured in (0.5, 0.8, 1.0, 1.25, 2.0)]
+    spread = transfer_error(checks)
+    logs = np.log([2.0, 1.25, 1.0, 0.8, 0.5])
+    assert (spread.q05, spread.q95, spread.transfers) == pytest.approx(
+        (np.quantile(logs, 0.05), np.quantile(logs, 0.95), 5))
+
+
+def test_shipped_transfer_error_is_the_spread_of_the_shipped_checks() -> None:
+    shipped = read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)
+    fresh = transfer_error(validate_gpu_transfer(Catalog.default())[0])
+    assert shipped.transfers == fresh.transfers > 600
+    assert (shipped.q05, shipped.q95) == pytest.approx((fresh.q05, fresh.q95), abs=1e-4)
+    # each pair is checked both ways, so the spread is symmetric; transfers miss by up to ~1.8x
+    assert shipped.q05 == pytest.approx(-shipped.q95) and 0.3 < shipped.q95 < 1.0
 
 
 def test_transfer_speeds_apply_factors_only_between_two_measured_gpus() -> None:

@@ -227,7 +227,7 @@ def test_interval_is_calibrated_on_held_out_models() -> None:
     n = 40
     X = pd.DataFrame(np.ones((4 * n, len(FEATURES))), columns=FEATURES)
     X["comm_to_compute"] = np.repeat([0.5, 1.0, 1.5, 2.0], n)
-    X["emulated"], X["sim_ms"] = 0.0, 100.0
+    X["emulated"], X["transferred"], X["sim_ms"] = 0.0, 0.0, 100.0  # profiled compute: no transfer spread
     y = 100.0 * np.repeat([1.0, 1.5, 1.1, 1.3], n)
     groups = np.repeat(["a", "b", "c", "d"], n)
     plain = LatencyModel(max_iter=50, min_samples_leaf=5).fit(X, y)
@@ -284,7 +284,7 @@ def test_unknown_gradient_size_spans_the_corpus_slowdowns() -> None:
     # size is unknown (sim_ms = compute alone) gets an interval over at least that range
     n = 60
     X = pd.DataFrame(np.ones((n, len(FEATURES))), columns=FEATURES)
-    X["emulated"], X["world_size"] = 0.0, 4.0
+    X["emulated"], X["world_size"], X["transferred"] = 0.0, 4.0, 0.0
     X["compute_ms"] = 100.0
     X["sim_ms"] = 100.0 * np.linspace(1.1, 1.5, n)
     y = 100.0 * np.linspace(1.2, 3.0, n)
@@ -308,6 +308,45 @@ def test_unknown_gradient_size_spans_the_corpus_slowdowns() -> None:
     # without a compute_ms column there is nothing to learn the slowdown from
     assert LatencyModel(max_iter=30, min_samples_leaf=5).fit(X.drop(columns="compute_ms"), y) \
         .parts_["real"].multi_worker_slowdown is None
+
+
+def test_transferred_gpu_compute_widens_the_interval_by_the_measured_transfer_spread(monkeypatch) -> None:
+    import pandas as pd
+
+    from srifty import model as model_mod
+    from srifty.features import FEATURES
+    from srifty.gpuspeed import TransferError
+    from srifty.model import LatencyModel
+
+    n = 60
+    X = pd.DataFrame(np.ones((n, len(FEATURES))), columns=FEATURES)
+    X["emulated"], X["world_size"] = 0.0, 4.0
+    X["transferred"] = np.arange(n) % 2  # both values seen in training: no extrapolation widening
+    X["sim_ms"] = 100.0 * np.linspace(1.1, 1.5, n)
+    y = 100.0 * np.linspace(1.2, 1.6, n)
+    lm = LatencyModel(max_iter=30, min_samples_leaf=5).fit(X, y)
+    rows = X.iloc[:2].copy()
+    rows["transferred"] = [0.0, 1.0]
+    emulated = rows.copy()
+    emulated["emulated"] = 1.0
+    monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: None)
+    base_lo, base_hi = lm.predict_interval(rows)
+    spread = TransferError(q05=-0.6, q95=0.4, transfers=10)
+    monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: spread)
+    lo, hi = lm.predict_interval(rows)
+    centre = np.log(lm.predict(rows) / rows["sim_ms"].to_numpy())
+    sim = rows["sim_ms"].to_numpy()
+    # profiled compute: unchanged; transferred: the residual's and the transfer's spread in quadrature
+    assert (lo[0], hi[0]) == pytest.approx((base_lo[0], base_hi[0]))
+    below, above = centre[1] - np.log(base_lo[1] / sim[1]), np.log(base_hi[1] / sim[1]) - centre[1]
+    assert np.log(lo[1] / sim[1]) == pytest.approx(centre[1] - np.hypot(below, 0.6))
+    assert np.log(hi[1] / sim[1]) == pytest.approx(centre[1] + np.hypot(above, 0.4))
+    # emulated hosts transfer by measured CPU factors, not GPU spec ratios: unchanged
+    monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: None)
+    emu_lo, emu_hi = lm.predict_interval(emulated)
+    monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: spread)
+    got_lo, got_hi = lm.predict_interval(emulated)
+    assert got_lo == pytest.approx(emu_lo) and got_hi == pytest.approx(emu_hi)
 
 
 # --------------------------------------------------------------------------- Pollux: learned vs baselines
@@ -792,3 +831,25 @@ def test_replicate_floor_against_hand_arithmetic() -> None:
     assert floor.by_model == (("a", pytest.approx(floor.mape), 5),)
     assert f"each lies on average {floor.mape:.1f}% from" in floor_sentence(floor)
     assert replicate_floor([JobProfile("b", [Run(t, (1, 1), 8, 10.0)])]) is None
+
+
+def test_accuracy_page_names_the_folds_and_the_pooled_splits_a_baseline_wins() -> None:
+    from srifty.validate import METHODS, SplitResult, ValidationReport, render_markdown
+
+    def fold(split: str, name: str, model: list[float], pollux: list[float]) -> SplitResult:
+        errors = {m: np.array([50.0] * len(model)) for m in METHODS}
+        errors["model"], errors["pollux"] = np.array(model), np.array(pollux)
+        y = np.ones(len(model))
+        return SplitResult(split, name, len(model), errors, y, {m: y for m in METHODS})
+
+    report = ValidationReport()
+    # split "a": the model wins both folds; split "b": it wins fold b1 narrowly and loses b2 by
+    # more, so pooled over b1+b2 (model mean 12.0, pollux 11.0) pollux is better
+    report.results += [fold("a", "a1", [5.0, 7.0], [9.0, 9.0]), fold("a", "a2", [4.0], [8.0]),
+                       fold("b", "b1", [10.0, 10.0], [11.0, 11.0]), fold("b", "b2", [16.0], [11.0])]
+    text = render_markdown(report, "srifty validate", ["c"], None)
+    assert "does **not** beat every baseline on: b/b2." in text
+    assert "Pooled over its folds, a baseline is better on: b (pollux 11.0% against the model's 12.0%)." in text
+    report.results = report.results[:2]
+    text = render_markdown(report, "srifty validate", ["c"], None)
+    assert "beats every baseline on every fold" in text and "beats every baseline on every split" in text
