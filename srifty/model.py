@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ("profiles/pollux", "profiles/lambda", "profiles/emulated")
 SHIPPED_MODEL = Path(__file__).resolve().parent / "data" / "latency-model.skops"  # `make model` writes it
+TREND_ALPHA = 1.0  # HuberRegressor's L2 penalty on the log(nodes) slope of the residual
 EXTRAPOLATION_WIDEN = 2.0  # interval half-width (in log space) multiplier outside the training range
 
 
@@ -334,6 +335,9 @@ class ResidualPart:
     # how much of the learned residual to apply (0..1): chosen on the same held-out groups, where
     # a residual learned from the other models helps a model it never saw only in part
     shrink: float = 1.0
+    # (intercept, slope) of the residual's trend in log(nodes), fitted before the trees, which
+    # then model what is left: trees are flat beyond the largest cluster seen, the trend is not
+    trend: tuple[float, float] = (0.0, 0.0)
 
 
 class LatencyModel:
@@ -358,6 +362,28 @@ class LatencyModel:
         self.l2_regularization = l2_regularization
         self.quantiles = quantiles
         self.random_state = random_state
+
+    @staticmethod
+    def _log_nodes(A: "np.ndarray") -> "np.ndarray":
+        """log(nodes) of residual-feature rows (the "nodes" column of either regime's features)."""
+        import numpy as np
+
+        return np.log(np.maximum(A[:, RESIDUAL_FEATURES.index("nodes")], 1.0))
+
+    def _fit_trend(self, A: "np.ndarray", r: "np.ndarray") -> tuple[float, float]:
+        """A robust line through the residual against log(nodes) (HuberRegressor; (0, 0) when
+        every row has one node count, so that there is no slope to learn)."""
+        import numpy as np
+        from sklearn.linear_model import HuberRegressor
+
+        x = self._log_nodes(A)
+        if np.ptp(x) == 0:
+            return 0.0, 0.0
+        line = HuberRegressor(alpha=TREND_ALPHA).fit(x[:, None], r)
+        return float(line.intercept_), float(line.coef_[0])
+
+    def _trend(self, A: "np.ndarray", trend: tuple[float, float]) -> "np.ndarray":
+        return trend[0] + trend[1] * self._log_nodes(A)
 
     def _hgb(self, **kw: Any) -> Any:
         from sklearn.ensemble import HistGradientBoostingRegressor
@@ -433,10 +459,12 @@ class LatencyModel:
             n = int(m.sum())
             held_out, shrink = self._held_out(Ai, ri, np.asarray(groups, dtype=object)[m]) \
                 if groups is not None else (None, 1.0)
+            trend = self._fit_trend(Ai, ri)
+            rest = ri - self._trend(Ai, trend)
             self.parts_[name] = ResidualPart(
-                self._hgb().fit(Ai, ri), self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(Ai, ri),
-                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, ri), fmin, fmax, n, held_out,
-                self._slowdown(X, y, m), shrink)
+                self._hgb().fit(Ai, rest), self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(Ai, rest),
+                self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, rest), fmin, fmax, n, held_out,
+                self._slowdown(X, y, m), shrink, trend)
         self.n_rows_ = len(y)
         return self
 
@@ -469,7 +497,9 @@ class LatencyModel:
             test = groups == g
             if (~test).sum() < MIN_RESIDUAL_ROWS:
                 return None, 1.0
-            pred[test] = self._hgb().fit(A[~test], r[~test]).predict(A[test])
+            trend = self._fit_trend(A[~test], r[~test])
+            rest = r[~test] - self._trend(A[~test], trend)
+            pred[test] = self._trend(A[test], trend) + self._hgb().fit(A[~test], rest).predict(A[test])
 
         def error(k: float) -> float:
             return float(np.mean([np.mean(np.abs(np.expm1(r[groups == g] - k * pred[groups == g]))) for g in names]))
@@ -491,7 +521,8 @@ class LatencyModel:
         out = np.zeros(len(A))
         for name, m, part in self._each(X):
             if part is not None:
-                out[m] = part.shrink * part.model.predict(self._A(X, name, m))
+                Am = self._A(X, name, m)
+                out[m] = part.shrink * (self._trend(Am, part.trend) + part.model.predict(Am))
         return out
 
     def predict(self, X: "pd.DataFrame") -> "np.ndarray":
@@ -538,8 +569,9 @@ class LatencyModel:
         for name, m, part in self._each(X):
             if part is not None:
                 Am = self._A(X, name, m)
-                lo[m] = np.minimum(part.lower.predict(Am), center[m])
-                hi[m] = np.maximum(part.upper.predict(Am), center[m])
+                trend = self._trend(Am, part.trend)
+                lo[m] = np.minimum(trend + part.lower.predict(Am), center[m])
+                hi[m] = np.maximum(trend + part.upper.predict(Am), center[m])
                 if part.held_out_error is not None:  # no narrower than the error on unseen models
                     lo[m] = np.minimum(lo[m], center[m] + part.held_out_error[0])
                     hi[m] = np.maximum(hi[m], center[m] + part.held_out_error[1])
@@ -770,7 +802,8 @@ def save(predictor: Predictor, path: str | Path) -> None:
                                  "held_out_error": {k: v.held_out_error for k, v in lm.parts_.items() if v is not None},
                                  "multi_worker_slowdown": {k: v.multi_worker_slowdown for k, v in lm.parts_.items()
                                                            if v is not None},
-                                 "shrink": {k: v.shrink for k, v in lm.parts_.items() if v is not None}}),
+                                 "shrink": {k: v.shrink for k, v in lm.parts_.items() if v is not None},
+                                 "trend": {k: v.trend for k, v in lm.parts_.items() if v is not None}}),
     }
     for name, part in lm.parts_.items():
         if part is not None:
@@ -893,12 +926,14 @@ def load(path: str | Path) -> Predictor:
     held_out = meta.pop("held_out_error", {})
     slowdown = meta.pop("multi_worker_slowdown", {})
     shrink = meta.pop("shrink", {})
+    trend = meta.pop("trend", {})
     for name, n_rows in meta.pop("regimes").items():
         err, slow = held_out.get(name), slowdown.get(name)
         lm.parts_[name] = None if n_rows is None else ResidualPart(
             state[f"{name}_model"], state[f"{name}_lower"], state[f"{name}_upper"],
             np.asarray(state[f"{name}_feature_min"]), np.asarray(state[f"{name}_feature_max"]), int(n_rows),
-            tuple(err) if err else None, tuple(slow) if slow else None, float(shrink.get(name, 1.0)))
+            tuple(err) if err else None, tuple(slow) if slow else None, float(shrink.get(name, 1.0)),
+            tuple(trend.get(name, (0.0, 0.0))))
     lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
     lm.n_features_in_ = len(RESIDUAL_FEATURES)
     lm.n_rows_ = meta.pop("n_rows")

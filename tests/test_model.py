@@ -533,6 +533,8 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
     assert pred.latency.parts_["real"].multi_worker_slowdown == pytest.approx(
         again.latency.parts_["real"].multi_worker_slowdown)
     assert pred.latency.parts_["real"].multi_worker_slowdown is not None
+    assert pred.latency.parts_["real"].trend == pytest.approx(again.latency.parts_["real"].trend)
+    assert pred.latency.parts_["real"].trend[1] != 0.0  # Pollux runs span 1 to 16 nodes
     assert pred.latency.parts_["real"].shrink == again.latency.parts_["real"].shrink
     evil = tmp_path / "evil.skops"
     sio.dump({"format": "srifty-latency-model", "x": Path("/etc/passwd")}, str(evil))
@@ -831,6 +833,32 @@ def test_replicate_floor_against_hand_arithmetic() -> None:
     assert floor.by_model == (("a", pytest.approx(floor.mape), 5),)
     assert f"each lies on average {floor.mape:.1f}% from" in floor_sentence(floor)
     assert replicate_floor([JobProfile("b", [Run(t, (1, 1), 8, 10.0)])]) is None
+
+
+def test_residual_trend_in_node_count_extrapolates_beyond_the_largest_cluster_seen() -> None:
+    import pandas as pd
+
+    from srifty.features import FEATURES
+    from srifty.model import LatencyModel
+
+    # the simulator misses by a law in log(nodes) (+8% per doubling) plus a bump at 3 nodes
+    # that the trees must learn; training sees 1 to 4 nodes, the question is 16
+    nodes = np.tile([1.0, 2.0, 3.0, 4.0], 40)
+    X = pd.DataFrame(np.ones((len(nodes), len(FEATURES))), columns=FEATURES)
+    X["emulated"], X["transferred"], X["sim_ms"], X["nodes"] = 0.0, 0.0, 100.0, nodes
+    law = lambda n: 0.08 / np.log(2.0) * np.log(n)  # noqa: E731
+    y = 100.0 * np.exp(law(nodes) + np.where(nodes == 3.0, 0.05, 0.0))
+    lm = LatencyModel(max_iter=100, min_samples_leaf=5).fit(X, y)
+    a, b = lm.parts_["real"].trend
+    big = X.iloc[:2].copy()
+    big["nodes"] = [16.0, 2.0]
+    got = np.log(lm.predict(big) / 100.0)
+    # the robust line follows the law (the bump at 3 nodes is a quarter of the rows: Huber
+    # weighs it down); at 16 nodes the prediction carries the trend on, where trees alone stay
+    # at the 4-node value (0.16)
+    assert b == pytest.approx(0.08 / np.log(2.0), rel=0.15)
+    assert got[0] == pytest.approx(law(16.0), abs=0.03) and got[0] > law(4.0) + 0.1
+    assert got[1] == pytest.approx(law(2.0), abs=0.01)
 
 
 def test_accuracy_page_names_the_folds_and_the_pooled_splits_a_baseline_wins() -> None:
