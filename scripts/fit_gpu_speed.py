@@ -10,7 +10,7 @@ from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON,
 from srifty.gpuspeed import fit_speed_corrections, read_lambda_single_gpu, write_corrections
 from srifty.model import ROOT
 from srifty.profile import atomic_write_text
-from srifty.validate import transfer_error, validate_gpu_transfer
+from srifty.validate import transfer_spread, validate_gpu_transfer
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     print(f"wrote {DATA_DIR / SPEED_CORRECTIONS_CSV}")
     # held-out transfers with the new factors (each Lambda network's own rates out of the fit)
     checks, _ = validate_gpu_transfer(Catalog.default())
-    spread = transfer_error(checks)
+    spread = transfer_spread(checks)
     atomic_write_text(DATA_DIR / TRANSFER_ERROR_JSON, spread.to_json())
     print(f"transferred time / measured: 5% {spread.q05:+.3f}, 95% {spread.q95:+.3f} (log) over "
           f"{spread.transfers} transfers; wrote {DATA_DIR / TRANSFER_ERROR_JSON}")

@@ -692,7 +692,7 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
     return checks, notes
 
 
-def transfer_error(checks: Sequence[TransferCheck]) -> "TransferError":
+def transfer_spread(checks: Sequence[TransferCheck]) -> "TransferError":
     """The spread of srifty's transfers over ``checks``: 5% and 95% quantiles of the log of
     measured over transferred time (a transfer predicts time × measured / predicted speed ratio)."""
     import numpy as np

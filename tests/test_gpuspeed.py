@@ -9,7 +9,7 @@ from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON,
 from srifty.features import hardware_of, transfer_speeds
 from srifty.gpuspeed import (SingleGpuRate, fit_speed_corrections, read_corrections, read_lambda_single_gpu,
                              read_transfer_error, spec_hardware)
-from srifty.validate import TransferCheck, catalog_without_gpu_of, transfer_error, validate_gpu_transfer
+from srifty.validate import TransferCheck, catalog_without_gpu_of, transfer_spread, validate_gpu_transfer
 
 from conftest import ROOT
 
@@ -63,7 +63,7 @@ def test_transfer_error_is_the_spread_of_transferred_over_measured_time() -> Non
     # a transfer predicting the target 2x faster than measured puts its time at half the truth
     checks = [TransferCheck("x", ("m",), "A", "B", measured, {"srifty": 1.0})
               for measured in (0.5, 0.8, 1.0, 1.25, 2.0)]
-    spread = transfer_error(checks)
+    spread = transfer_spread(checks)
     logs = np.log([2.0, 1.25, 1.0, 0.8, 0.5])
     assert (spread.q05, spread.q95, spread.transfers) == pytest.approx(
         (np.quantile(logs, 0.05), np.quantile(logs, 0.95), 5))
@@ -71,7 +71,7 @@ def test_transfer_error_is_the_spread_of_transferred_over_measured_time() -> Non
 
 def test_shipped_transfer_error_is_the_spread_of_the_shipped_checks() -> None:
     shipped = read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)
-    fresh = transfer_error(validate_gpu_transfer(Catalog.default())[0])
+    fresh = transfer_spread(validate_gpu_transfer(Catalog.default())[0])
     assert shipped.transfers == fresh.transfers > 600
     assert (shipped.q05, shipped.q95) == pytest.approx((fresh.q05, fresh.q95), abs=1e-4)
     # each pair is checked both ways, so the spread is symmetric; transfers miss by up to ~1.8x

@@ -35,6 +35,11 @@ from srifty.errors import ProfilingFailed, SriftyError
 RUN_ID_ENV = "SRIFTY_RUN_ID"
 
 
+def _matmul_tf32(model: dict[str, Any]) -> bool:
+    """Whether float32 matmuls may use TF32 ("highest", PyTorch's default, keeps them IEEE)."""
+    return model.get("float32_matmul_precision") in ("high", "medium")
+
+
 def tf32_flop_share(model: dict[str, Any]) -> float | None:
     """The share of a float32 model's FLOPs that PyTorch lets run on TF32 tensor cores where the
     GPU has them: convolutions when cuDNN may use TF32 (PyTorch's default), matmuls and attention
@@ -43,8 +48,7 @@ def tf32_flop_share(model: dict[str, Any]) -> float | None:
     conv = model.get("conv_flop_share")
     if conv is None:
         return None
-    matmul_tf32 = model.get("float32_matmul_precision") in ("high", "medium")
-    return conv * bool(model.get("cudnn_allow_tf32")) + (1.0 - conv) * matmul_tf32
+    return conv * bool(model.get("cudnn_allow_tf32")) + (1.0 - conv) * _matmul_tf32(model)
 
 
 def job_precision(model: dict[str, Any]) -> str | None:
@@ -58,7 +62,7 @@ def job_precision(model: dict[str, Any]) -> str | None:
     if model.get("grad_dtype") == "float32":
         share = tf32_flop_share(model)
         if share is None:  # FLOPs not counted: the matmul switch alone decides
-            share = float(model.get("float32_matmul_precision") in ("high", "medium"))
+            share = float(_matmul_tf32(model))
         if share >= 0.5:
             return "tf32"
     return model.get("grad_dtype")
