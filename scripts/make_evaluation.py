@@ -9,6 +9,8 @@ Runs are cached in runs/evaluate/ (an interrupted run resumes); the report, the 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +22,17 @@ sys.path.insert(0, str(ROOT))
 
 from srifty import evaluate as ev  # noqa: E402
 from srifty.profile import atomic_write_text  # noqa: E402
+from srifty.errors import terminate_as_interrupt  # noqa: E402
+
+
+def committed_on(path: Path) -> str | None:
+    """The day ``path`` was last committed (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def main() -> int:
@@ -41,6 +54,11 @@ def main() -> int:
                                  int(entry["batch_size"]), cfg.get("types"), max_hosts=int(cfg["max_hosts"]),
                                  max_seconds=float(cfg["max_seconds"]), say=lambda m: print(m, flush=True))
         result = evaluator.run(cases)
+        previous = out_dir / f"{model}.json"
+        if previous.exists():
+            doc = json.loads(previous.read_text())
+            label = ev.recording_label(doc, f"docs/evaluation/{model}.json", committed_on(previous))
+            result.drift = ev.compare_recordings(doc, result, label)
         plot = out_dir / f"{model}.png"
         ev.plot(result, str(plot))
         ev.save_json(result, str(out_dir / f"{model}.json"))
@@ -78,4 +96,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with terminate_as_interrupt():  # SIGTERM unwinds like Ctrl-C: workers stopped, emulated hosts torn down
+        sys.exit(main())

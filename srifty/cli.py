@@ -7,6 +7,7 @@ torch, scikit-learn and boto3 are imported inside the commands that need them.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import traceback
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from srifty import __version__
-from srifty.errors import SriftyError
+from srifty.errors import SriftyError, Terminated, terminate_as_interrupt
 
 EPILOG_PROFILE = """\b
 Examples:
@@ -280,7 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="srifty", standalone_mode=False)
+        with terminate_as_interrupt():
+            cli.main(args=args, prog_name="srifty", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -295,9 +297,10 @@ def main(argv: list[str] | None = None) -> None:
                 click.echo(f"(partial profile: {partial})", err=True)
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated): clean-up has run
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        click.echo("Terminated." if isinstance(exc, Terminated) else "Interrupted.", err=True)
+        sys.exit(128 + int(signum))
     except Exception as exc:  # a bug in srifty: say so plainly
         if debug:
             traceback.print_exc()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from typing import Any, Iterator
+
 
 class SriftyError(Exception):
     """An error with a message written for the user.
@@ -33,3 +38,38 @@ class ProfilingFailed(SriftyError):
     def __init__(self, message: str, hint: str | None = None, partial_path: str | None = None) -> None:
         super().__init__(message, hint)
         self.partial_path = partial_path
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so that every ``finally`` runs before srifty exits:
+    workers stopped, emulated hosts torn down, partial results written and marked."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP unwind like Ctrl-C (as :class:`Terminated`).
+
+    Only the first signal raises: the clean-up it starts is not cut short by a second one (send
+    SIGKILL to stop without cleaning up). Outside the main thread, signals cannot be handled and
+    the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Terminated(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

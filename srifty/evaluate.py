@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -95,6 +94,7 @@ class Candidate:
     measured_samples_per_s: float | None = None
     measured_rel_ci: float | None = None
     measure_seconds: float | None = None
+    measured_at: str | None = None  # when the run that measured it was recorded (its profile's created_at)
 
     @property
     def homogeneous(self) -> bool:
@@ -213,6 +213,68 @@ def baselines(cands: Sequence[Candidate], case: Case, max_hosts: int) -> dict[st
 # ----- the evaluation ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RecordingDrift:
+    """How far this recording's measured throughputs lie from an earlier recording of the same
+    space (same model, per-worker batch and configurations): the oracle's own repeatability from
+    one sitting to another, which bounds how closely a prediction can be checked against it."""
+
+    previous: str  # which recording it was compared with
+    configurations: int  # configurations measured in both
+    single_host_mape: float  # mean |now / before - 1| over the single-host configurations
+    multi_host_mape: float  # the same over the multi-host configurations
+    # the earlier figure of each multi-host configuration, scaled by how this sitting's single
+    # hosts changed (geometric mean of its hosts' now/before ratios), taken as a prediction of
+    # the figure now: what a predictor that knew the earlier recording exactly would miss by
+    replay_mape: float
+    replay_worst: float
+    replayed: int  # multi-host configurations whose every host type was measured alone in both
+
+
+def same_recording(previous: dict[str, Any], ev: "Evaluation") -> bool:
+    """Whether ``previous`` (an evaluation's JSON) holds the very runs of ``ev`` (regenerated from
+    the cache): every configuration carries the same recording time."""
+    before = {c["config"]: c.get("measured_at") for c in previous.get("candidates", [])}
+    return bool(ev.candidates) and all(c.measured_at and before.get(c.config) == c.measured_at for c in ev.candidates)
+
+
+def recording_label(previous: dict[str, Any], where: str, fallback_date: str | None = None) -> str:
+    """How the report names an earlier recording: the day of its first run (older JSONs do not
+    record it: ``fallback_date``, e.g. when the file was committed) and where it was read."""
+    days = sorted(c["measured_at"][:10] for c in previous.get("candidates", []) if c.get("measured_at"))
+    if days:
+        return f"the recording of {days[0]} ({where})"
+    return f"the earlier recording in {where}" + (f" (committed {fallback_date})" if fallback_date else "")
+
+
+def compare_recordings(previous: dict[str, Any], ev: "Evaluation", label: str) -> RecordingDrift | None:
+    """``ev``'s measured figures against an earlier evaluation's JSON (see :class:`RecordingDrift`).
+
+    None when the two share no multi-host configuration with both its host types measured alone,
+    or when ``previous`` is another model or per-worker batch. When ``previous`` is the same
+    recording (regenerated from cached runs), its own comparison is kept."""
+    if previous.get("model") != ev.model or previous.get("batch_size") != ev.batch_size:
+        return None
+    if same_recording(previous, ev):
+        kept = previous.get("drift")
+        return RecordingDrift(**kept) if kept else None
+    before = {c["config"]: c.get("measured_samples_per_s") for c in previous.get("candidates", [])}
+    pairs = [(c, before[c.config]) for c in ev.candidates if c.measured_samples_per_s and before.get(c.config)]
+    change = {c.config: c.measured_samples_per_s / b - 1 for c, b in pairs}
+    host_ratio = {c.hosts[0]: 1 + change[c.config] for c, _ in pairs if len(c.hosts) == 1}
+    single = [abs(change[c.config]) for c, _ in pairs if len(c.hosts) == 1]
+    multi = [abs(change[c.config]) for c, _ in pairs if len(c.hosts) > 1]
+    replay = []
+    for c, b in pairs:
+        if len(c.hosts) > 1 and all(h in host_ratio for h in c.hosts):
+            scale = math.exp(sum(math.log(host_ratio[h]) for h in c.hosts) / len(c.hosts))
+            replay.append(abs(b * scale - c.measured_samples_per_s) / c.measured_samples_per_s)
+    if not replay:
+        return None
+    return RecordingDrift(label, len(pairs), sum(single) / len(single), sum(multi) / len(multi),
+                          sum(replay) / len(replay), max(replay), len(replay))
+
+
 @dataclass
 class CaseResult:
     case: Case
@@ -237,6 +299,7 @@ class Evaluation:
     oracle_seconds: float
     oracle_usd: float
     predictor: dict[str, Any]
+    drift: "RecordingDrift | None" = None  # against an earlier recording of the same space (compare_recordings)
 
     @property
     def prediction_errors(self) -> list[float]:
@@ -279,6 +342,7 @@ class Evaluation:
             "profiling_usd": self.profiling_usd,
             "oracle_usd": self.oracle_usd,
             "predictor": self.predictor,
+            "drift": asdict(self.drift) if self.drift else None,
             "candidates": [{**asdict(c), "prediction_error": c.prediction_error} for c in self.candidates],
             "cases": [
                 {
@@ -352,8 +416,11 @@ class Evaluator:
         out = self.work / "profiles" / sub / name
         if out.exists():
             doc = profile_mod.load(out).doc
-            return doc, float(doc["measurement"].get("wall_seconds") or 0.0), True
-        self.say(f"running {sub} on {cfg}")
+            if doc.get("status") == "complete":
+                return doc, float(doc["measurement"].get("wall_seconds") or 0.0), True
+            self.say(f"running {sub} on {cfg} again: the cached run is partial ({doc.get('partial_reason')})")
+        else:
+            self.say(f"running {sub} on {cfg}")
         from srifty.profiling.emulated import hosts_arg
 
         doc = self.profile_fn(hosts_arg(hosts), out, collectives)
@@ -422,6 +489,7 @@ class Evaluator:
             c.measured_samples_per_s = s_block.get("throughput_samples_per_s")
             c.measured_rel_ci = doc["measurement"].get("achieved_rel_ci")
             c.measure_seconds = s
+            c.measured_at = doc.get("created_at")
             seconds += s
             usd += s / 3600 * c.usd_per_hour
             self.say(f"[{i}/{len(cands)}] {c.config}: {c.measured_samples_per_s or 0:.1f} samples/s"
@@ -471,6 +539,16 @@ def baseline_cell(b: dict[str, Any]) -> str:
     return f"{b['config']}: " + (_pct(b["regret"]) if b["regret"] is not None else (b["note"] or "-"))
 
 
+def drift_line(d: RecordingDrift) -> str:
+    """The report's bullet on how far the oracle's own figures moved since an earlier recording."""
+    return (f"- Repeatability of the oracle itself: against {d.previous}, the {d.configurations} configurations "
+            f"measured in both moved by {_pct(d.multi_host_mape)} on average (multi-host; single hosts "
+            f"{_pct(d.single_host_mape)}). Each earlier multi-host figure scaled by how its hosts changed alone "
+            f"still misses today's by {_pct(d.replay_mape)} (MAPE over {d.replayed}, worst {_pct(d.replay_worst)}): "
+            "a predictor built from single-host profiles, checked against one recording, cannot be expected to "
+            "come much closer than that.")
+
+
 def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> str:
     s = ev.summary()
     lines = [
@@ -492,6 +570,7 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
         f"{_pct(s['profiling_share_of_oracle'])} of the oracle's time (workers' wall time; hosts' set-up not counted).",
         "- The single-host configurations are measured by the profiling step itself (the oracle reuses those runs), "
         "so srifty knows them exactly; regret can only come from the multi-host configurations it predicts.",
+        *([drift_line(ev.drift)] if ev.drift else []),
         "",
         "| constraints | srifty's pick | oracle | regret | " + " | ".join(
             ev.cases[0].baselines) + " |" if ev.cases else "",

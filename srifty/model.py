@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import platform
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
@@ -563,7 +562,7 @@ class LatencyModel:
         """(low, high) ms: the quantile models, widened outside the training range."""
         import numpy as np
 
-        A = self._check_X(X)
+        self._check_X(X)  # raises on a table that is not the model's
         center = self.residual(X)
         lo, hi = center - NO_RESIDUAL_HALF_WIDTH, center + NO_RESIDUAL_HALF_WIDTH
         for name, m, part in self._each(X):
@@ -723,8 +722,6 @@ class Predictor:
     def predict_frame(self, job: JobProfile, catalog: "Catalog", df: "pd.DataFrame") -> "pd.DataFrame":
         """Vectorised over rows of (instance_type, workers_per_node, nodes, local_batch_size):
         the model runs once per distinct row and the results are joined back."""
-        import pandas as pd
-
         from srifty.configspec import NodeGroup
 
         keys = ["instance_type", "workers_per_node", "nodes", "local_batch_size"]

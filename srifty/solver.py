@@ -594,7 +594,7 @@ def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
     Exact ties are broken by index, so D is a strict partial order."""
     import numpy as np
 
-    wmax, spot = tab.hom.shape[1], np.array([m is Market.SPOT for m in offers.market])
+    spot = np.array([m is Market.SPOT for m in offers.market])
     node_speed = offers.slots * tab.speed
     hom = np.where(np.isnan(tab.hom), -np.inf, tab.hom)
     weak = (tab.valid[:, None] & tab.valid[None, :]

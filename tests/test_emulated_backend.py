@@ -89,7 +89,9 @@ def test_worker_crash_across_hosts_leaves_nothing(tmp_path: Path, no_orphans) ->
     no_orphans(str(SCRIPTS / "crash_rank1.py"))
 
 
-def test_ctrl_c_during_emulated_run_leaves_nothing(tmp_path: Path, no_orphans) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_emulated_run_leaves_nothing(tmp_path: Path, no_orphans, sig: signal.Signals) -> None:
+    """Ctrl-C, or SIGTERM from a supervisor: workers stopped, hosts torn down, the partial profile kept."""
     out = tmp_path / "int.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "srifty", "profile", str(SCRIPTS / "slow.py"), "--backend", "emulated",
@@ -109,8 +111,11 @@ def test_ctrl_c_during_emulated_run_leaves_nothing(tmp_path: Path, no_orphans) -
                 pass
         if any(c >= 3 for c in counts):
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 130, stderr
-    assert "interrupted" in stderr
+    assert proc.returncode == 128 + int(sig), stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert profile_mod.load(out).doc["status"] == "partial"
     no_orphans(str(SCRIPTS / "slow.py"))
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert f"srifty-{CLUSTER}-" not in namespaces, namespaces

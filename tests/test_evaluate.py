@@ -123,6 +123,61 @@ def test_report_renders_every_configuration() -> None:
     assert "inside the predicted 5–95% interval for 1 of 2" in text
 
 
+def _evaluation(cands: list[ev.Candidate]) -> ev.Evaluation:
+    return ev.Evaluation("m", "s.py", 16, ["emu.small", "emu.large"], 2, cands, [], 60.0, 0.01, 600.0, 0.1,
+                         {"trained_on": ["x"], "rows": 10, "excluded_model": "m"})
+
+
+def test_compare_recordings_measures_the_oracles_own_drift() -> None:
+    now = [_cand("1xemu.small", 0.1, 10, 11.0), _cand("1xemu.large", 0.5, 30, 36.0),
+           _cand("2xemu.small", 0.2, 20, 18.0), _cand("1xemu.large+1xemu.small", 0.6, 25, 24.0)]
+    for i, c in enumerate(now):
+        c.measured_at = f"2026-12-04T06:0{i}:00+0000"
+    before = {"model": "m", "batch_size": 16, "candidates": [
+        {"config": "1xemu.small", "measured_samples_per_s": 10.0}, {"config": "1xemu.large", "measured_samples_per_s": 30.0},
+        {"config": "2xemu.small", "measured_samples_per_s": 20.0},
+        {"config": "1xemu.large+1xemu.small", "measured_samples_per_s": 20.0}]}
+    d = ev.compare_recordings(before, _evaluation(now), "earlier")
+    assert d is not None and (d.configurations, d.replayed) == (4, 2)
+    assert d.single_host_mape == pytest.approx((0.1 + 0.2) / 2)
+    assert d.multi_host_mape == pytest.approx((0.1 + 0.2) / 2)
+    # replay: 20 × 1.1 against 18; 20 × √(1.1 × 1.2) against 24
+    assert d.replay_mape == pytest.approx((abs(22 - 18) / 18 + abs(20 * (1.32 ** 0.5) - 24) / 24) / 2)
+    assert d.replay_worst == pytest.approx(4 / 18)
+    e = _evaluation(now)
+    e.drift = d
+    assert "Repeatability of the oracle itself" in ev.render_markdown(e, "srifty evaluate s.py")
+    # regenerated from the same runs: the comparison made then is kept, not one against itself
+    same = e.to_dict()
+    assert ev.same_recording(same, e) and ev.compare_recordings(same, e, "itself") == d
+    assert ev.compare_recordings({**before, "batch_size": 32}, e, "other batch") is None
+    assert ev.recording_label(same, "x.json").startswith("the recording of 2026-12-04")
+    assert ev.recording_label(before, "x.json", "2026-12-03") == "the earlier recording in x.json (committed 2026-12-03)"
+
+
+def test_a_partial_cached_run_is_run_again(tmp_path: Path) -> None:
+    """An interrupted evaluation leaves a partial profile in the cache: resuming must measure that
+    configuration again, never take the partial figure as the oracle's."""
+    from srifty import profile as profile_mod
+
+    doc = json.loads((ROOT / "profiles" / "emulated" / "cnn_resnet" / "1xemu.small-b16.json").read_text())
+    calls = []
+
+    def fake_profile(hosts: str, out: Path, collectives: bool) -> dict:
+        calls.append(hosts)
+        profile_mod.save(doc, out)
+        return doc
+
+    evaluator = ev.Evaluator(str(EXAMPLES / "cnn_resnet.py"), str(ROOT / "configs" / "emulated.yaml"), str(tmp_path),
+                             16, profile_fn=fake_profile)
+    cached = tmp_path / "profiles" / "cnn_resnet" / "1xemu.small-b16.json"
+    profile_mod.save({**doc, "status": "partial", "partial_reason": "interrupted", "stop_reason": "interrupted"}, cached)
+    got, seconds, from_cache = evaluator._run(["emu.small"])
+    assert calls and not from_cache and got["status"] == "complete"
+    assert seconds == pytest.approx(doc["measurement"]["wall_seconds"])
+    assert evaluator._run(["emu.small"])[2] and len(calls) == 1  # a complete run is taken from the cache
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (network namespaces, tc, cgroups)")
 def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:

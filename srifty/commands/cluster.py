@@ -5,13 +5,10 @@ A thin shell over :mod:`srifty.cluster`; data goes to stdout, messages to stderr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
 from dataclasses import asdict
-from typing import Any, Iterator
 
 import click
 
@@ -42,19 +39,6 @@ def cluster() -> None:
     """Emulated multi-host cluster on this machine (network namespaces, tc, cgroups; needs root)."""
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Let SIGTERM unwind like Ctrl-C so a half-made cluster is removed."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 @cluster.command("up", epilog=EPILOG)
 @click.option("--spec", default=DEFAULT_SPEC, show_default=True, type=click.Path(dir_okay=False),
               help="Emulated instance catalog (YAML).")
@@ -68,8 +52,7 @@ def up_cmd(spec: str, hosts: str, replace: bool, as_json: bool, cluster_name: st
 
     parsed = lib.parse_hosts(hosts)
     loaded = lib.load_spec(spec)
-    with _sigterm_as_interrupt():
-        state = lib.up(loaded, parsed, cluster=cluster_name, replace=replace)
+    state = lib.up(loaded, parsed, cluster=cluster_name, replace=replace)  # SIGTERM unwinds: see srifty.cli.main
     if as_json:
         click.echo(json.dumps(state.to_dict(), indent=1))
     else:
@@ -89,8 +72,7 @@ def down_cmd(all_clusters: bool, cluster_name: str) -> None:
     """Kill processes on the hosts and remove everything up made (also after a crash)."""
     from srifty import cluster as lib
 
-    with _sigterm_as_interrupt():
-        report = lib.down(cluster=cluster_name, all_clusters=all_clusters)
+    report = lib.down(cluster=cluster_name, all_clusters=all_clusters)
     if report.removed_anything or report.state_file:
         click.echo(f"removed {report.summary()}", err=True)
     else:

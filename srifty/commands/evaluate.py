@@ -16,6 +16,7 @@ Examples (root; every configuration of the space is really run, so this takes a 
   srifty evaluate examples/mlp_recsys.py --batch-size 128 --case budget=0.45 --case min_throughput=2500
   srifty evaluate examples/cnn_resnet.py --batch-size 16 --types emu.small,emu.net --max-hosts 2
   srifty evaluate examples/cnn_resnet.py --batch-size 16 --case objective=cost-per-sample --json
+  srifty evaluate examples/cnn_resnet.py --batch-size 16 --compare docs/evaluation/cnn_resnet.json
 
 Runs are cached in --work-dir, so an interrupted evaluation resumes and further --case
 settings reuse the measured table.""")
@@ -34,10 +35,13 @@ settings reuse the measured table.""")
 @click.option("--corpus", multiple=True, help="Training corpora for the latency model (default: the shipped ones).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the Markdown report here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the PNG plot here.")
+@click.option("--compare", "compare_path", type=click.Path(exists=True, dir_okay=False),
+              help="An earlier evaluation of the same model and batch (its --json output): report how far the "
+                   "measured figures moved since, the oracle's own repeatability.")
 @click.option("--json", "as_json", is_flag=True, help="Print the evaluation as one JSON document.")
 def evaluate(script: str, spec: str, cases: tuple[str, ...], batch_size: int, types: str | None, max_hosts: int,
              max_seconds: float, work_dir: str, corpus: tuple[str, ...], report: str | None, plot_path: str | None,
-             as_json: bool) -> None:
+             compare_path: str | None, as_json: bool) -> None:
     """Check srifty's recommendation against every configuration actually run (emulated cluster)."""
     import os
 
@@ -50,11 +54,25 @@ def evaluate(script: str, spec: str, cases: tuple[str, ...], batch_size: int, ty
     if max_hosts < 1:
         raise SriftyError(f"--max-hosts must be at least 1 (got {max_hosts}).")
     parsed = [ev_mod.Case.parse(c) for c in cases] or [ev_mod.Case()]
+    previous = None
+    if compare_path:
+        try:
+            previous = json.loads(open(compare_path, encoding="utf-8").read())
+            if not isinstance(previous, dict) or not isinstance(previous.get("candidates"), list):
+                raise ValueError("no candidates list")
+        except (OSError, ValueError) as e:
+            raise SriftyError(f"--compare {compare_path}: not an evaluation's JSON ({e}).",
+                              "Give the file that `srifty evaluate --json` printed for an earlier run.") from None
     batch = batch_size
     say = (lambda m: click.echo(m, err=True)) if not as_json else (lambda m: None)
     evaluator = ev_mod.Evaluator(script, spec, work_dir, batch, [t.strip() for t in types.split(",")] if types else None,
                                  max_hosts=max_hosts, max_seconds=max_seconds, corpus=corpus, say=say)
     result = evaluator.run(parsed)
+    if previous is not None:
+        result.drift = ev_mod.compare_recordings(previous, result, ev_mod.recording_label(previous, compare_path))
+        if result.drift is None:
+            say(f"--compare {compare_path}: nothing to compare (another model or batch size, or no multi-host "
+                "configuration measured in both with its hosts alone).")
     command = "srifty evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "srifty evaluate"
     if plot_path:
         ev_mod.plot(result, plot_path)

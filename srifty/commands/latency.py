@@ -9,7 +9,6 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 

@@ -175,6 +175,7 @@ class RunOutcome:
     reason: str | None  # None: ended by themselves
     wall_seconds: float
     log_tail: str
+    signum: int = int(signal.SIGINT)  # reason "interrupted": the signal that did it (SIGTERM/SIGHUP: Terminated)
 
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -286,6 +287,7 @@ class Supervisor:
         """Run until all processes exit. ``poll`` returns {'iterations': n, 'done': bool}."""
         t0 = time.monotonic()
         reason: str | None = None
+        signum = int(signal.SIGINT)
         last_count, last_change = -1, t0
         self._spawn()
         try:
@@ -317,8 +319,8 @@ class Supervisor:
                     reason = "hung"
                     break
                 time.sleep(0.25)
-        except KeyboardInterrupt:
-            reason = "interrupted"
+        except KeyboardInterrupt as exc:
+            reason, signum = "interrupted", int(getattr(exc, "signum", signal.SIGINT))
         finally:
             self._track_children()
             # ask torchrun to stop its workers first, so they flush their records
@@ -342,7 +344,7 @@ class Supervisor:
             tail = Path(self.log_path).read_text(errors="replace")[-6000:]
         except OSError:
             pass
-        return RunOutcome([p.returncode for p in self.procs], reason, time.monotonic() - t0, tail)
+        return RunOutcome([p.returncode for p in self.procs], reason, time.monotonic() - t0, tail, signum)
 
 
 class ProfilingBackend(ABC):
@@ -512,8 +514,8 @@ class ProfilingBackend(ABC):
         script = request.script or "the job"
         measured = doc["measurement"]["iterations_recorded"]
         if outcome.reason == "interrupted":
-            failure = ProfilingFailed(f"Profiling of {script} was interrupted (Ctrl-C) after {measured} iterations; all workers were stopped.")
-            failure.exit_code = 130
+            failure = ProfilingFailed(f"Profiling of {script} was interrupted (Ctrl-C or SIGTERM) after {measured} iterations; all workers were stopped.")
+            failure.exit_code = 128 + outcome.signum
             return failure
         if outcome.reason == "hung":
             if measured == 0:
