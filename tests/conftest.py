@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 EXAMPLES = ROOT / "examples"
 PROFILES = ROOT / "profiles"
+
+# A shell starts background jobs with SIGINT ignored, and children inherit that: the tests that
+# press Ctrl-C on a child srifty would then test nothing. A handled signal is reset to the
+# default in a child, so installing Python's own handler gives every child a working Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def srifty_processes(marker: str) -> list[psutil.Process]:
