@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from srifty import cluster  # noqa: E402
 from srifty import profile as profile_mod  # noqa: E402
-from srifty.errors import terminate_as_interrupt  # noqa: E402
+from srifty.errors import run_script  # noqa: E402
 from srifty.cluster import parse_hosts  # noqa: E402
 from srifty.errors import SriftyError  # noqa: E402
 from srifty.profiling.emulated import EmulatedBackend, config_string  # noqa: E402
@@ -154,5 +154,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with terminate_as_interrupt():  # SIGTERM unwinds like Ctrl-C: workers stopped, emulated hosts torn down
-        sys.exit(main())
+    run_script(main)

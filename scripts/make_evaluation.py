@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from srifty import evaluate as ev  # noqa: E402
 from srifty.profile import atomic_write_text  # noqa: E402
-from srifty.errors import terminate_as_interrupt  # noqa: E402
+from srifty.errors import run_script  # noqa: E402
 
 
 def committed_on(path: Path) -> str | None:
@@ -96,5 +96,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with terminate_as_interrupt():  # SIGTERM unwinds like Ctrl-C: workers stopped, emulated hosts torn down
-        sys.exit(main())
+    run_script(main)

@@ -33,7 +33,7 @@ from make_corpus import hosts_config, out_path, record  # noqa: E402
 
 from srifty.cluster import parse_hosts  # noqa: E402
 from srifty.profile import atomic_write_text  # noqa: E402
-from srifty.errors import terminate_as_interrupt  # noqa: E402
+from srifty.errors import run_script  # noqa: E402
 
 DEFAULT_HOSTS = ["emu.small:1", "emu.net:1", "emu.medium:1", "emu.large:1",
                  "emu.small:4", "emu.medium:1,emu.small:1", "emu.large:1,emu.net:1"]
@@ -124,5 +124,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with terminate_as_interrupt():  # SIGTERM unwinds like Ctrl-C: workers stopped, emulated hosts torn down
-        sys.exit(main())
+    run_script(main)

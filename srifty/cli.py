@@ -7,7 +7,6 @@ torch, scikit-learn and boto3 are imported inside the commands that need them.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import traceback
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import click
 
 from srifty import __version__
-from srifty.errors import SriftyError, Terminated, terminate_as_interrupt
+from srifty.errors import SriftyError, exit_interrupted, terminate_as_interrupt
 
 EPILOG_PROFILE = """\b
 Examples:
@@ -298,9 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated): clean-up has run
-        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        click.echo("Terminated." if isinstance(exc, Terminated) else "Interrupted.", err=True)
-        sys.exit(128 + int(signum))
+        exit_interrupted(exc)
     except Exception as exc:  # a bug in srifty: say so plainly
         if debug:
             traceback.print_exc()

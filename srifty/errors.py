@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any, Iterator
+import sys
+from typing import Any, Callable, Iterator, NoReturn
 
 
 class SriftyError(Exception):
@@ -73,3 +74,26 @@ def terminate_as_interrupt() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def run_script(main: Callable[[], int]) -> NoReturn:
+    """Exit with ``main()``'s status, as the CLI would: SIGTERM/SIGHUP unwind like Ctrl-C (workers
+    stopped, emulated hosts torn down), and srifty's own errors print one paragraph, not a traceback
+    (the make targets' scripts)."""
+    try:
+        with terminate_as_interrupt():
+            code = main()
+    except SriftyError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc)
+    sys.exit(code)
+
+
+def exit_interrupted(exc: KeyboardInterrupt) -> NoReturn:
+    """After Ctrl-C or a :class:`Terminated` signal has unwound (clean-up done): say which, and
+    exit 128 + the signal's number, as a shell reports a process killed by it."""
+    terminated = isinstance(exc, Terminated)
+    print("Terminated." if terminated else "Interrupted.", file=sys.stderr)
+    sys.exit(128 + (exc.signum if terminated else int(signal.SIGINT)))

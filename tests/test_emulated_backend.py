@@ -93,6 +93,7 @@ def test_worker_crash_across_hosts_leaves_nothing(tmp_path: Path, no_orphans) ->
 def test_interrupted_emulated_run_leaves_nothing(tmp_path: Path, no_orphans, sig: signal.Signals) -> None:
     """Ctrl-C, or SIGTERM from a supervisor: workers stopped, hosts torn down, the partial profile kept."""
     out = tmp_path / "int.json"
+    before = set(Path("/tmp").glob("srifty-run-*"))  # earlier tests' run directories are not this run's
     proc = subprocess.Popen(
         [sys.executable, "-m", "srifty", "profile", str(SCRIPTS / "slow.py"), "--backend", "emulated",
          "--hosts", "emu.net:2", "--max-seconds", "120", "--min-iterations", "1000", "--out", str(out)],
@@ -101,7 +102,7 @@ def test_interrupted_emulated_run_leaves_nothing(tmp_path: Path, no_orphans, sig
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        runs = [p for p in Path("/tmp").glob("srifty-run-*/rank0.json")]
+        runs = [d / "rank0.json" for d in Path("/tmp").glob("srifty-run-*") if d not in before]
         counts = []
         for p in runs:
             try:
@@ -115,6 +116,7 @@ def test_interrupted_emulated_run_leaves_nothing(tmp_path: Path, no_orphans, sig
     _, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 128 + int(sig), stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
+    assert out.exists(), stderr
     assert profile_mod.load(out).doc["status"] == "partial"
     no_orphans(str(SCRIPTS / "slow.py"))
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
