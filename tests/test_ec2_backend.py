@@ -9,6 +9,7 @@ or misbehaves as a test asks. After every case no srifty-tagged instance is left
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -22,7 +23,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from srifty.catalog import Catalog  # noqa: E402
-from srifty.errors import ProfilingFailed, SriftyError  # noqa: E402
+from srifty.errors import ProfilingFailed, SriftyError, Terminated  # noqa: E402
 from srifty.profiling.ec2 import TAG_MANAGED, Ec2Backend, find_leftovers  # noqa: E402
 from srifty.profiling.launcher import ProfileRequest  # noqa: E402
 
@@ -311,14 +312,17 @@ def test_malformed_profile_is_a_clear_error(aws, catalog, tmp_path) -> None:
     assert alive(ec2) == []
 
 
-def test_keyboard_interrupt_in_poll_loop_terminates_everything(aws, catalog, tmp_path) -> None:
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), Terminated(signal.SIGTERM)], ids=["ctrl-c", "sigterm"])
+def test_keyboard_interrupt_in_poll_loop_terminates_everything(aws, catalog, tmp_path, interrupt) -> None:
+    """Ctrl-C, or SIGTERM (which srifty's CLI raises as Terminated, a KeyboardInterrupt) mid-run:
+    every instance launched is terminated."""
     ec2, s3 = aws
     polls = {"n": 0}
 
     def hook(instance_type: str, attempt: int) -> None:
         polls["n"] += 1
         if instance_type == "g5.xlarge" and polls["n"] >= 3:
-            raise KeyboardInterrupt
+            raise interrupt
 
     backend, _ = make_backend(catalog, ec2, on_poll=hook)
     with FakeInstances(ec2, s3, {("g5.xlarge", 1): "silent", ("g4dn.xlarge", 1): "silent"}):
