@@ -58,6 +58,7 @@ class SplitResult:
     predicted: dict[str, "np.ndarray"]
     grad_known: "np.ndarray | None" = None  # rows whose gradient size the profile states (not estimated, not unknown)
     inside: "np.ndarray | None" = None  # rows whose measured time lies in the model's predicted interval
+    nodes: "np.ndarray | None" = None  # each row's node count
 
     def stats(self) -> dict[str, dict[str, float]]:
         import numpy as np
@@ -151,6 +152,21 @@ class ValidationReport:
                 out[split] = (float(np.mean(e)), int(len(e)))
         return out
 
+    def grad_known_by_nodes(self) -> dict[str, tuple[tuple[float, int], tuple[float, int]]]:
+        """Per split of :meth:`pooled_grad_known` with both kinds of row: (model MAPE, rows) over the
+        gradient-size-stated rows on one node (several workers) and over those on several nodes."""
+        import numpy as np
+
+        out = {}
+        for split in self.pooled_grad_known():
+            rs = [r for r in self.results if r.split == split and r.grad_known is not None and r.nodes is not None]
+            e = np.concatenate([r.errors["model"][r.grad_known] for r in rs]) if rs else np.array([])
+            n = np.concatenate([r.nodes[r.grad_known] for r in rs]) if rs else np.array([])
+            one, many = e[n == 1], e[n > 1]
+            if len(one) and len(many):
+                out[split] = ((float(np.mean(one)), len(one)), (float(np.mean(many)), len(many)))
+        return out
+
 
 # --------------------------------------------------------------------------- Pollux-style baseline
 
@@ -234,7 +250,8 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     }
     errors = {m: np.abs(p - y) / y * 100 for m, p in preds.items()}
     known = te.X["grad_bytes_estimated"].to_numpy(dtype=float) == 0
-    return SplitResult(split, fold, len(y), errors, y, preds, known, (lo <= y) & (y <= hi))
+    return SplitResult(split, fold, len(y), errors, y, preds, known, (lo <= y) & (y <= hi),
+                       te.X["nodes"].to_numpy(dtype=float))
 
 
 def catalog_without_gpu_of(catalog: "Catalog", instance_type: str) -> "Catalog":
@@ -396,10 +413,13 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
                      + f" | {'yes' if best == 'model' else 'no: ' + best} |")
     not_best = [f"{r.split}/{r.fold}" for r in report.results
                 if min(METHODS, key=lambda m: r.stats()[m]["mape"]) != "model"]
+    by_nodes = report.grad_known_by_nodes()
     for split, (mape, n) in report.pooled_grad_known().items():
         lines += ["", f"{split}: over the {n} rows whose gradient size the profile states (parameter count or "
                   f"gradient bytes; the others have neither, so their communication cannot be simulated), "
-                  f"the model's MAPE is {mape:.1f}%."]
+                  f"the model's MAPE is {mape:.1f}%"
+                  + (" ({:.1f}% over the {} rows on one node, {:.1f}% over the {} on several).".format(
+                      *by_nodes[split][0], *by_nodes[split][1]) if split in by_nodes else ".")]
     for f in report.floors:
         lines += ["", floor_sentence(f)]
     lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")

@@ -881,3 +881,24 @@ def test_accuracy_page_names_the_folds_and_the_pooled_splits_a_baseline_wins() -
     report.results = report.results[:2]
     text = render_markdown(report, "srifty validate", ["c"], None)
     assert "beats every baseline on every fold" in text and "beats every baseline on every split" in text
+
+
+def test_accuracy_page_splits_the_stated_gradient_rows_by_node_count() -> None:
+    from srifty.validate import METHODS, SplitResult, ValidationReport, render_markdown
+
+    def fold(name: str, model: list[float], known: list[bool], nodes: list[int]) -> SplitResult:
+        errors = {m: np.array([50.0] * len(model)) for m in METHODS}
+        errors["model"] = np.array(model)
+        y = np.ones(len(model))
+        return SplitResult("s", name, len(model), errors, y, {m: y for m in METHODS}, np.array(known),
+                           None, np.array(nodes, dtype=float))
+
+    report = ValidationReport()
+    # stated rows: 20 and 10 on one node, 4, 6 and 8 on several; the unstated 90 counts in neither
+    report.results += [fold("f1", [20.0, 4.0, 90.0], [True, True, False], [1, 2, 4]),
+                       fold("f2", [10.0, 6.0, 8.0], [True, True, True], [1, 8, 16])]
+    assert report.pooled_grad_known()["s"] == (pytest.approx(48 / 5), 5)
+    (one, n_one), (many, n_many) = report.grad_known_by_nodes()["s"]
+    assert (one, n_one, many, n_many) == (pytest.approx(15.0), 2, pytest.approx(6.0), 3)
+    text = render_markdown(report, "srifty validate", ["c"], None)
+    assert "the model's MAPE is 9.6% (15.0% over the 2 rows on one node, 6.0% over the 3 on several)." in text
