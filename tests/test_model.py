@@ -289,7 +289,7 @@ def test_unknown_gradient_size_spans_the_corpus_slowdowns() -> None:
     X["sim_ms"] = 100.0 * np.linspace(1.1, 1.5, n)
     y = 100.0 * np.linspace(1.2, 3.0, n)
     lm = LatencyModel(max_iter=30, min_samples_leaf=5).fit(X, y)
-    q = np.quantile(np.log(y / 100.0), [0.05, 0.95])
+    q = np.log([1.2, 3.0])  # the whole range the training runs showed
     assert lm.parts_["real"].multi_worker_slowdown == pytest.approx(tuple(q))
     blind = X.iloc[:1].copy()
     blind["log_grad_mb"], blind["sim_ms"] = float("nan"), 100.0
