@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import threading
 import sys
+import threading
 from typing import Any, Callable, Iterator, NoReturn
 
 
