@@ -545,8 +545,9 @@ def drift_line(d: RecordingDrift) -> str:
             f"measured in both moved by {_pct(d.multi_host_mape)} on average (multi-host; single hosts "
             f"{_pct(d.single_host_mape)}). Each earlier multi-host figure scaled by how its hosts changed alone "
             f"still misses today's by {_pct(d.replay_mape)} (MAPE over {d.replayed}, worst {_pct(d.replay_worst)}): "
-            "a predictor built from single-host profiles, checked against one recording, cannot be expected to "
-            "come much closer than that.")
+            "what carrying the earlier recording over to this sitting would get, against which to read the "
+            "prediction error above; when the machine is unchanged, it is about the floor for a predictor built "
+            "from single-host profiles.")
 
 
 def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> str:
