@@ -30,9 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from srifty import cluster  # noqa: E402
 from srifty import profile as profile_mod  # noqa: E402
-from srifty.errors import run_script  # noqa: E402
 from srifty.cluster import parse_hosts  # noqa: E402
-from srifty.errors import SriftyError  # noqa: E402
+from srifty.errors import SriftyError, run_script  # noqa: E402
 from srifty.profiling.emulated import EmulatedBackend, config_string  # noqa: E402
 from srifty.profiling.launcher import ProfileRequest  # noqa: E402
 
