@@ -525,15 +525,35 @@ class LinkScale:
     # allreduce sweeps (srifty.model.fit_emulated_links), with a per-step latency in µs.
     emulated_goodput: float = TBF_GOODPUT
     emulated_latency_us: float = INTER_LATENCY_US
+    # Sustained goodput measured at each configured link rate (Mbit/s, goodput) by the sweeps'
+    # large messages (srifty.model.fit_emulated_goodput_by_rate): TCP through a tbf shaper keeps
+    # less of a slow link (0.86 of 50 Mbit/s against 0.93 of 200). A rate between two measured
+    # ones is interpolated in log(rate), one outside them takes the nearest; no table: the
+    # pooled ``emulated_goodput``.
+    emulated_goodput_by_mbit: tuple[tuple[float, float], ...] = ()
     # Backward on an emulated host runs 1 + emulated_overlap_slowdown × (hosts − 1) times slower
     # while an allreduce is in flight: the collective's thread competes for the host's CPU quota
     # (and the machine's cores), more so the more peers the ring has. Fitted on the emulated
     # multi-host training runs (CommModel); 0 = overlap is free. See docs/latency-model.md.
     emulated_overlap_slowdown: float = 0.0
 
+    def emulated_goodput_at(self, mbit: float) -> float:
+        """Goodput of an emulated link configured at ``mbit`` (see ``emulated_goodput_by_mbit``)."""
+        table = sorted(self.emulated_goodput_by_mbit)
+        if not table:
+            return self.emulated_goodput
+        if mbit <= table[0][0]:
+            return table[0][1]
+        for (r0, g0), (r1, g1) in zip(table, table[1:]):
+            if mbit <= r1:
+                w = math.log(mbit / r0) / math.log(r1 / r0)
+                return g0 + w * (g1 - g0)
+        return table[-1][1]
+
     def apply(self, hw: Hardware) -> Hardware:
         if hw.emulated:
-            return replace(hw, inter=Link(hw.inter.gbytes_per_s * self.emulated_goodput,
+            goodput = self.emulated_goodput_at(hw.inter.gbytes_per_s * 8000.0)
+            return replace(hw, inter=Link(hw.inter.gbytes_per_s * goodput,
                                           max(hw.inter.latency_us, self.emulated_latency_us)))
         measured = next(((nv, efa) for name, nv, efa in self.fast_links if name == hw.name), (1.0, 1.0))
         intra_eff, intra_lat = ((measured[0], 1.0) if hw.intra_kind == "nvlink"

@@ -89,6 +89,8 @@ def table_for(jobs: Sequence[JobProfile], catalog: "Catalog", link_scale: LinkSc
 
 MIN_OVERLAP_RUNS = 6  # emulated multi-host training runs needed to fit the overlap slowdown
 MIN_SWEEP_BYTES = 256 * 1024  # below this, allreduces on CPU-throttled emulated hosts are mostly scheduler noise
+BULK_SWEEP_BYTES = 4 * 1024 * 1024  # sustained goodput: messages at least this large (DDP streams its buckets)
+MIN_RATE_POINTS = 3  # bulk sweep points a link rate needs for a goodput of its own
 
 
 def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float, int]:
@@ -114,6 +116,30 @@ def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float,
         inv_g = float(np.sum(x1 / t) / np.sum((x1 / t) ** 2))
     goodput = float(min(max(1.0 / inv_g, 0.2), 1.0)) if inv_g > 0 else TBF_GOODPUT
     return goodput, float(max(alpha_ms * 1e3, 1.0)), len(pts)
+
+
+def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: float
+                                 ) -> tuple[tuple[float, float], ...]:
+    """(configured Mbit/s, sustained goodput) for every bottleneck rate the sweeps measured with
+    at least MIN_RATE_POINTS messages of BULK_SWEEP_BYTES or more: the goodput of the α–β
+    formula with the pooled per-step latency, least squares on relative error."""
+    import numpy as np
+
+    by_rate: dict[float, list[CollectivePoint]] = {}
+    for p in points:
+        if p.nbytes >= BULK_SWEEP_BYTES and p.world >= 2 and p.ms > 0:
+            by_rate.setdefault(float(p.bottleneck_mbit), []).append(p)
+    table = []
+    for mbit, pts in sorted(by_rate.items()):
+        if len(pts) < MIN_RATE_POINTS:
+            continue
+        t = np.array([p.ms for p in pts])
+        x1 = np.array([2 * (p.world - 1) / p.world * p.nbytes * 8 / (mbit * 1e6) * 1e3 for p in pts]) / t
+        rest = 1.0 - np.array([2.0 * (p.world - 1) * latency_us / 1e3 for p in pts]) / t
+        inv_g = float(np.sum(x1 * rest) / np.sum(x1 ** 2))
+        if inv_g > 0:
+            table.append((mbit, float(min(max(1.0 / inv_g, 0.2), 1.0))))
+    return tuple(table)
 
 
 # --------------------------------------------------------------------------- measured allreduces (nccl-tests)
@@ -239,6 +265,7 @@ class CommModel:
         goodput, lat_us, self.n_sweep_points_ = fit_emulated_links(collectives)
         self.n_allreduce_rows_ = len(allreduce)
         emu = {"emulated_goodput": goodput, "emulated_latency_us": lat_us,
+               "emulated_goodput_by_mbit": fit_emulated_goodput_by_rate(collectives, lat_us),
                "fast_links": fit_fast_links(catalog, allreduce) if allreduce else ()}
         kinds: dict[str, bool] = {}
 
@@ -384,6 +411,11 @@ class LatencyModel:
     def _trend(self, A: "np.ndarray", trend: tuple[float, float]) -> "np.ndarray":
         return trend[0] + trend[1] * self._log_nodes(A)
 
+    def _detrend(self, A: "np.ndarray", r: "np.ndarray") -> tuple[tuple[float, float], "np.ndarray"]:
+        """The log(nodes) line through the residual ``r`` and what it leaves for the trees."""
+        trend = self._fit_trend(A, r)
+        return trend, r - self._trend(A, trend)
+
     def _hgb(self, **kw: Any) -> Any:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -458,8 +490,7 @@ class LatencyModel:
             n = int(m.sum())
             held_out, shrink = self._held_out(Ai, ri, np.asarray(groups, dtype=object)[m]) \
                 if groups is not None else (None, 1.0)
-            trend = self._fit_trend(Ai, ri)
-            rest = ri - self._trend(Ai, trend)
+            trend, rest = self._detrend(Ai, ri)
             self.parts_[name] = ResidualPart(
                 self._hgb().fit(Ai, rest), self._hgb(loss="quantile", quantile=self.quantiles[0]).fit(Ai, rest),
                 self._hgb(loss="quantile", quantile=self.quantiles[1]).fit(Ai, rest), fmin, fmax, n, held_out,
@@ -499,8 +530,7 @@ class LatencyModel:
             test = groups == g
             if (~test).sum() < MIN_RESIDUAL_ROWS:
                 return None, 1.0
-            trend = self._fit_trend(A[~test], r[~test])
-            rest = r[~test] - self._trend(A[~test], trend)
+            trend, rest = self._detrend(A[~test], r[~test])
             pred[test] = self._trend(A[test], trend) + self._hgb().fit(A[~test], rest).predict(A[test])
 
         def error(k: float) -> float:
@@ -939,6 +969,7 @@ def load(path: str | Path) -> Predictor:
     lm.n_rows_ = meta.pop("n_rows")
     link = dict(meta["link_scale"])
     link["fast_links"] = tuple(tuple(x) for x in link.get("fast_links", ()))
+    link["emulated_goodput_by_mbit"] = tuple(tuple(x) for x in link.get("emulated_goodput_by_mbit", ()))
     return Predictor(lm, LinkScale(**link), meta)
 
 

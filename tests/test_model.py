@@ -170,6 +170,34 @@ def test_sweep_fit_recovers_goodput_and_latency() -> None:
     assert fit_emulated_links([])[0] == TBF_GOODPUT  # no sweeps: the framing prior
 
 
+def test_sustained_goodput_is_measured_per_link_rate_and_interpolated_between(emu_catalog: Any) -> None:
+    from srifty.features import TBF_GOODPUT, CollectivePoint, LinkScale, hardware_of
+    from srifty.model import BULK_SWEEP_BYTES, fit_emulated_goodput_by_rate
+
+    alpha_ms, planted = 0.4, {50.0: 0.85, 200.0: 0.93, 800.0: 0.96}
+    pts = []
+    for mbit, g in planted.items():
+        for world in (2, 4):
+            for nbytes in (2**k for k in range(18, 25)):
+                t = 2 * (world - 1) / world * nbytes * 8 / (g * mbit * 1e6) * 1e3 + 2 * (world - 1) * alpha_ms
+                pts.append(CollectivePoint("x", float(nbytes), world, mbit, t))
+    # one large message at 100 Mbit/s is too few for a goodput of its own
+    pts.append(CollectivePoint("y", float(BULK_SWEEP_BYTES), 2, 100.0, BULK_SWEEP_BYTES * 8 / 100e6 * 1e3))
+    table = fit_emulated_goodput_by_rate(pts, alpha_ms * 1e3)
+    assert [r for r, _ in table] == sorted(planted)
+    for mbit, g in table:
+        assert g == pytest.approx(planted[mbit], rel=1e-6)
+    ls = LinkScale(emulated_goodput=0.9, emulated_goodput_by_mbit=table)
+    assert ls.emulated_goodput_at(200.0) == pytest.approx(0.93)
+    assert ls.emulated_goodput_at(400.0) == pytest.approx((0.93 + 0.96) / 2)  # half-way in log(rate)
+    assert ls.emulated_goodput_at(10.0) == pytest.approx(0.85) and ls.emulated_goodput_at(1e4) == pytest.approx(0.96)
+    assert LinkScale(emulated_goodput=0.9).emulated_goodput_at(50.0) == 0.9  # no table: the pooled figure
+    assert fit_emulated_goodput_by_rate([], 1.0) == ()
+    cpu = hardware_of(emu_catalog, "emu.cpu")  # 50 Mbit/s
+    assert ls.apply(cpu).inter.gbytes_per_s == pytest.approx(cpu.inter.gbytes_per_s * 0.85)
+    assert LinkScale().apply(cpu).inter.gbytes_per_s == pytest.approx(cpu.inter.gbytes_per_s * TBF_GOODPUT)
+
+
 def test_overlap_slowdown_fit_recovers_a_planted_value(emu_catalog: Any) -> None:
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, LinkScale
@@ -520,6 +548,13 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
 
     pred = m.load(model_file)
     assert pred.meta["data_sha256"] == m.corpus_hash(pollux_jobs) and "scikit-learn" in pred.meta["libraries"]
+    # the link scale comes back whole, the emulated goodput per rate included
+    from dataclasses import replace
+
+    tabled = m.Predictor(pred.latency, replace(pred.link_scale, emulated_goodput_by_mbit=((50.0, 0.86), (200.0, 0.93))),
+                         pred.meta)
+    m.save(tabled, tmp_path / "tabled.skops")
+    assert m.load(tmp_path / "tabled.skops").link_scale == tabled.link_scale
     assert pred.latency.n_features_in_ == len(pred.latency.feature_names_in_)
     # the loaded model answers exactly as the one that was saved
     cat = Catalog.default()
