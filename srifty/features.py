@@ -531,10 +531,11 @@ class LinkScale:
     # ones is interpolated in log(rate), one outside them takes the nearest; no table: the
     # pooled ``emulated_goodput``.
     emulated_goodput_by_mbit: tuple[tuple[float, float], ...] = ()
-    # Backward on an emulated host runs 1 + emulated_overlap_slowdown × (hosts − 1) times slower
-    # while an allreduce is in flight: the collective's thread competes for the host's CPU quota
-    # (and the machine's cores), more so the more peers the ring has. Fitted on the emulated
-    # multi-host training runs (CommModel); 0 = overlap is free. See docs/latency-model.md.
+    # Backward on an emulated host runs 1 + emulated_overlap_slowdown × (busy peers) times slower
+    # while an allreduce is in flight: the collective's thread competes for the host's CPU quota,
+    # and the peers still computing for the machine's cores (busy_peers: each peer weighted by
+    # the share of the step it computes). Fitted on the emulated multi-host training runs
+    # (CommModel); 0 = overlap is free. See docs/latency-model.md.
     emulated_overlap_slowdown: float = 0.0
 
     def emulated_goodput_at(self, mbit: float) -> float:
@@ -732,7 +733,7 @@ class FeatureBuilder:
             sim = simulate.simulate_iteration(compute, buckets, wpn_all, intra, inter,
                                               self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
                                               optimizer_ms=post, overlap_slowdown=(
-                                                  self.link_scale.emulated_overlap_slowdown * (len(wpn_all) - 1)
+                                                  self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
                                                   if all(h.emulated for h in hws) else 0.0))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
@@ -782,6 +783,19 @@ class FeatureBuilder:
             est = cache[key]
             out.append({**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms})
         return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms"])
+
+
+def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:
+    """How many of the slowest host's peers compute alongside it: each peer counts for the share of
+    the slowest host's step it spends computing (its step alone / the slowest one's, at most 1).
+    ``cycles``: (step alone, compute) of each of ``config``'s groups. A peer that has finished its
+    backward waits inside the allreduce and leaves the machine's cores to the others, so a fast
+    host slows a slow one's overlapped backward less than a peer of its own speed does."""
+    per_host = [c[0] for g, c in zip(config.groups, cycles) for _ in range(g.count)]
+    slowest = max(per_host)
+    peers = list(per_host)
+    peers.remove(slowest)
+    return sum(min(p / slowest, 1.0) for p in peers)
 
 
 def run_config(run: Run) -> ClusterConfig:

@@ -244,7 +244,7 @@ class CommModel:
     inter_grid: tuple[float, ...] = tuple(round(10 ** (-2.5 + 0.25 * i), 5) for i in range(11))
     intra_grid: tuple[float, ...] = (0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
     latency_grid: tuple[float, ...] = (1.0, 10.0)
-    # backward's slowdown per ring peer while a collective runs on the same CPU (LinkScale.emulated_overlap_slowdown)
+    # backward's slowdown per busy peer while a collective runs on the same CPU (LinkScale.emulated_overlap_slowdown)
     overlap_grid: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
     max_rows: int = 600
     link_scale_: LinkScale | None = None
@@ -306,7 +306,7 @@ class CommModel:
 
     def _fit_overlap_slowdown(self, jobs: Sequence[JobProfile], catalog: "Catalog", scale: LinkScale) -> float:
         """How much slower backward runs on emulated hosts while an allreduce is in flight, per
-        peer in the ring (LinkScale.emulated_overlap_slowdown): the grid value whose simulated
+        busy peer (LinkScale.emulated_overlap_slowdown, features.busy_peers): the grid value whose simulated
         step times of the emulated multi-host training runs have the least spread of
         log(measured / simulated) around its median (the residual model takes the median).
         Fewer than MIN_OVERLAP_RUNS such runs: 0 (overlap taken as free)."""

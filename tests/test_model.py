@@ -220,6 +220,32 @@ def test_overlap_slowdown_fit_recovers_a_planted_value(emu_catalog: Any) -> None
     assert CommModel().fit([_job(docs[:5])], emu_catalog).link_scale_.emulated_overlap_slowdown == 0.0
 
 
+def test_a_faster_peer_slows_the_slowest_hosts_backward_less(emu_catalog: Any) -> None:
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, LinkScale, busy_peers
+
+    small, medium = (210.0, 200.0), (105.0, 100.0)  # (step alone, compute) of each group
+    assert busy_peers(parse_config("3xemu.small"), [small]) == 2.0
+    assert busy_peers(parse_config("1xemu.medium+1xemu.small"), [medium, small]) == pytest.approx(0.5)
+    assert busy_peers(parse_config("2xemu.medium+2xemu.small"), [medium, small]) == pytest.approx(2.0)
+    # the simulator slows the slowest host's overlapped backward by 1 + s x busy peers
+    alone = {"emu.small": (100.0, 200.0, 10.0), "emu.medium": (50.0, 100.0, 5.0)}
+    job = _job([_doc([t], *v, it=sum(v)) for t, v in alone.items()])
+    fb = FeatureBuilder(job, emu_catalog, LinkScale(emulated_overlap_slowdown=1.0))
+    free = FeatureBuilder(job, emu_catalog, LinkScale())
+
+    def sim(b: Any, config: str) -> float:
+        return b.estimate(parse_config(config).resolved(emu_catalog), 8).sim_ms
+
+    mixed, same = sim(fb, "1xemu.medium+1xemu.small"), sim(fb, "2xemu.small")
+    assert sim(free, "1xemu.medium+1xemu.small") == pytest.approx(sim(free, "2xemu.small"))  # same slowest host, link
+    assert sim(free, "2xemu.small") < mixed < same
+    link = fb.hardware("emu.small").inter
+    want = simulate.simulate_iteration(300.0, [b for _, b, _ in BUCKETS], [1, 1], link, link, 200.0 / 300.0,
+                                       [30.0 / 200.0, 1.0], optimizer_ms=10.0, overlap_slowdown=155.0 / 310.0)
+    assert mixed == pytest.approx(want.iteration_ms)
+
+
 def test_residual_regimes_are_separate() -> None:
     import pandas as pd
 
