@@ -787,15 +787,13 @@ class FeatureBuilder:
 
 def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:
     """How many of the slowest host's peers compute alongside it: each peer counts for the share of
-    the slowest host's step it spends computing (its step alone / the slowest one's, at most 1).
+    the slowest host's step it spends computing (its step alone / the slowest one's).
     ``cycles``: (step alone, compute) of each of ``config``'s groups. A peer that has finished its
     backward waits inside the allreduce and leaves the machine's cores to the others, so a fast
     host slows a slow one's overlapped backward less than a peer of its own speed does."""
-    per_host = [c[0] for g, c in zip(config.groups, cycles) for _ in range(g.count)]
-    slowest = max(per_host)
-    peers = list(per_host)
-    peers.remove(slowest)
-    return sum(min(p / slowest, 1.0) for p in peers)
+    steps = [c[0] for g, c in zip(config.groups, cycles) for _ in range(g.count)]
+    slowest = max(steps)
+    return (sum(steps) - slowest) / slowest
 
 
 def run_config(run: Run) -> ClusterConfig:

@@ -93,6 +93,22 @@ BULK_SWEEP_BYTES = 4 * 1024 * 1024  # sustained goodput: messages at least this 
 MIN_RATE_POINTS = 3  # bulk sweep points a link rate needs for a goodput of its own
 
 
+def _ring_terms(pts: Sequence[CollectivePoint]) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Of sweep points: measured ms, the ring's ms at the configured rate of the slowest link
+    (2(p−1)/p · S/B) and its step count 2(p−1), so that t = x1 / goodput + x2 · α."""
+    import numpy as np
+
+    t = np.array([p.ms for p in pts])
+    x1 = np.array([2 * (p.world - 1) / p.world * p.nbytes * 8 / (p.bottleneck_mbit * 1e6) * 1e3 for p in pts])
+    x2 = np.array([2.0 * (p.world - 1) for p in pts])
+    return t, x1, x2
+
+
+def _bounded_goodput(inv_g: float) -> float:
+    """1 / ``inv_g`` kept within 0.2-1 of the configured rate (a positive ``inv_g``)."""
+    return float(min(max(1.0 / inv_g, 0.2), 1.0))
+
+
 def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float, int]:
     """(goodput, per-step latency µs, points used) of ring allreduce across emulated hosts.
 
@@ -106,15 +122,13 @@ def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float,
     pts = [p for p in points if p.nbytes >= MIN_SWEEP_BYTES and p.world >= 2 and p.ms > 0]
     if len(pts) < 4:
         return TBF_GOODPUT, INTER_LATENCY_US, 0
-    t = np.array([p.ms for p in pts])
-    x1 = np.array([2 * (p.world - 1) / p.world * p.nbytes * 8 / (p.bottleneck_mbit * 1e6) * 1e3 for p in pts])
-    x2 = np.array([2.0 * (p.world - 1) for p in pts])
+    t, x1, x2 = _ring_terms(pts)
     A = np.stack([x1, x2], axis=1) / t[:, None]
     (inv_g, alpha_ms), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
     if alpha_ms < 0:  # latency not resolvable: bandwidth alone
         alpha_ms = 0.0
         inv_g = float(np.sum(x1 / t) / np.sum((x1 / t) ** 2))
-    goodput = float(min(max(1.0 / inv_g, 0.2), 1.0)) if inv_g > 0 else TBF_GOODPUT
+    goodput = _bounded_goodput(inv_g) if inv_g > 0 else TBF_GOODPUT
     return goodput, float(max(alpha_ms * 1e3, 1.0)), len(pts)
 
 
@@ -133,12 +147,11 @@ def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: 
     for mbit, pts in sorted(by_rate.items()):
         if len(pts) < MIN_RATE_POINTS:
             continue
-        t = np.array([p.ms for p in pts])
-        x1 = np.array([2 * (p.world - 1) / p.world * p.nbytes * 8 / (mbit * 1e6) * 1e3 for p in pts]) / t
-        rest = 1.0 - np.array([2.0 * (p.world - 1) * latency_us / 1e3 for p in pts]) / t
+        t, x1, x2 = _ring_terms(pts)
+        x1, rest = x1 / t, 1.0 - x2 * latency_us / 1e3 / t
         inv_g = float(np.sum(x1 * rest) / np.sum(x1 ** 2))
         if inv_g > 0:
-            table.append((mbit, float(min(max(1.0 / inv_g, 0.2), 1.0))))
+            table.append((mbit, _bounded_goodput(inv_g)))
     return tuple(table)
 
 
