@@ -506,6 +506,9 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
                     inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp")
 
 
+MIN_SHORTFALL = 1e-3  # goodput's shortfall (1 − goodput) floor for its log
+
+
 @dataclass(frozen=True)
 class LinkScale:
     """Achieved fraction of the stated link bandwidth, per kind of link (1.0 = the catalog's
@@ -527,8 +530,10 @@ class LinkScale:
     emulated_latency_us: float = INTER_LATENCY_US
     # Sustained goodput measured at each configured link rate (Mbit/s, goodput) by the sweeps'
     # large messages (srifty.model.fit_emulated_goodput_by_rate): TCP through a tbf shaper keeps
-    # less of a slow link (0.86 of 50 Mbit/s against 0.93 of 200). A rate between two measured
-    # ones is interpolated in log(rate), one outside them takes the nearest; no table: the
+    # less of a slow link (0.86 of 50 Mbit/s against 0.93 of 200 and 0.96 of 800: the shortfall
+    # 1 − goodput about halves per 4× rate). Between two measured rates the shortfall is
+    # interpolated in log–log; outside them it follows the power law fitted over all measured
+    # rates (exponent clamped to [−1, 0]) from the nearest; one rate: its figure; no table: the
     # pooled ``emulated_goodput``.
     emulated_goodput_by_mbit: tuple[tuple[float, float], ...] = ()
     # Backward on an emulated host runs 1 + emulated_overlap_slowdown × (busy peers) times slower
@@ -543,13 +548,22 @@ class LinkScale:
         table = sorted(self.emulated_goodput_by_mbit)
         if not table:
             return self.emulated_goodput
-        if mbit <= table[0][0]:
+        if len(table) == 1:
             return table[0][1]
-        for (r0, g0), (r1, g1) in zip(table, table[1:]):
-            if mbit <= r1:
-                w = math.log(mbit / r0) / math.log(r1 / r0)
-                return g0 + w * (g1 - g0)
-        return table[-1][1]
+        xs = [math.log(r) for r, _ in table]
+        ys = [math.log(max(1.0 - g, MIN_SHORTFALL)) for _, g in table]
+        x = math.log(mbit)
+        if x <= xs[0] or x >= xs[-1]:
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+            slope = min(max(slope, -1.0), 0.0)
+            x0, y0 = (xs[0], ys[0]) if x <= xs[0] else (xs[-1], ys[-1])
+            y = y0 + slope * (x - x0)
+        else:
+            i = next(i for i in range(1, len(xs)) if x <= xs[i])
+            w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+            y = ys[i - 1] + w * (ys[i] - ys[i - 1])
+        return min(max(1.0 - math.exp(y), 0.2), 1.0)
 
     def apply(self, hw: Hardware) -> Hardware:
         if hw.emulated:

@@ -170,7 +170,7 @@ def test_sweep_fit_recovers_goodput_and_latency() -> None:
     assert fit_emulated_links([])[0] == TBF_GOODPUT  # no sweeps: the framing prior
 
 
-def test_sustained_goodput_is_measured_per_link_rate_and_interpolated_between(emu_catalog: Any) -> None:
+def test_sustained_goodput_is_measured_per_link_rate_interpolated_and_extrapolated(emu_catalog: Any) -> None:
     from srifty.features import TBF_GOODPUT, CollectivePoint, LinkScale, hardware_of
     from srifty.model import BULK_SWEEP_BYTES, fit_emulated_goodput_by_rate
 
@@ -189,8 +189,23 @@ def test_sustained_goodput_is_measured_per_link_rate_and_interpolated_between(em
         assert g == pytest.approx(planted[mbit], rel=1e-6)
     ls = LinkScale(emulated_goodput=0.9, emulated_goodput_by_mbit=table)
     assert ls.emulated_goodput_at(200.0) == pytest.approx(0.93)
-    assert ls.emulated_goodput_at(400.0) == pytest.approx((0.93 + 0.96) / 2)  # half-way in log(rate)
-    assert ls.emulated_goodput_at(10.0) == pytest.approx(0.85) and ls.emulated_goodput_at(1e4) == pytest.approx(0.96)
+    # half-way in log(rate): the shortfalls' geometric mean
+    assert ls.emulated_goodput_at(400.0) == pytest.approx(1 - (0.07 * 0.04) ** 0.5)
+    # outside the measured rates: the shortfall's power law fitted over all three, from the nearest
+    xs, ys = np.log([50.0, 200.0, 800.0]), np.log([0.15, 0.07, 0.04])
+    slope = np.polyfit(xs, ys, 1)[0]
+    assert ls.emulated_goodput_at(10.0) == pytest.approx(1 - 0.15 * (10 / 50) ** slope)
+    assert ls.emulated_goodput_at(1e4) == pytest.approx(1 - 0.04 * (1e4 / 800) ** slope)
+    # a shortfall exactly ∝ 1/√rate is extrapolated exactly, both ways
+    sqrt_law = LinkScale(emulated_goodput_by_mbit=((100.0, 0.95), (400.0, 0.975)))
+    assert sqrt_law.emulated_goodput_at(25.0) == pytest.approx(0.9)
+    assert sqrt_law.emulated_goodput_at(1600.0) == pytest.approx(0.9875)
+    # a shortfall growing with the rate is not extrapolated (exponent clamped at 0), and the
+    # goodput never drops below 0.2 of the configured rate
+    growing = LinkScale(emulated_goodput_by_mbit=((100.0, 0.95), (400.0, 0.9)))
+    assert growing.emulated_goodput_at(1e4) == pytest.approx(0.9) and growing.emulated_goodput_at(1.0) == pytest.approx(0.95)
+    assert LinkScale(emulated_goodput_by_mbit=((100.0, 0.9), (400.0, 0.97))).emulated_goodput_at(1e-3) == 0.2
+    assert LinkScale(emulated_goodput_by_mbit=((100.0, 0.9),)).emulated_goodput_at(10.0) == 0.9  # one rate: its figure
     assert LinkScale(emulated_goodput=0.9).emulated_goodput_at(50.0) == 0.9  # no table: the pooled figure
     assert fit_emulated_goodput_by_rate([], 1.0) == ()
     cpu = hardware_of(emu_catalog, "emu.cpu")  # 50 Mbit/s
