@@ -748,7 +748,8 @@ class FeatureBuilder:
                                               self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
                                               optimizer_ms=post, overlap_slowdown=(
                                                   self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
-                                                  if all(h.emulated for h in hws) else 0.0))
+                                                  if all(h.emulated for h in hws) else 0.0),
+                                              hierarchical=all(h.intra_kind == "nvlink" for h in hws))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             if sum(wpn_all) > 1:

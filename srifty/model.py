@@ -196,7 +196,8 @@ def measured_allreduce(path: str | Path = NCCL_TESTS) -> tuple[list[AllreduceRow
 
 
 def allreduce_us(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkScale | None) -> "np.ndarray":
-    """The simulator's allreduce estimate (best of ring and hierarchical) for each row, in µs."""
+    """The simulator's allreduce estimate for each row, in µs (the flat ring, or the best of it and
+    the hierarchical form on NVLink/NVSwitch nodes, as in the iteration's simulation)."""
     import numpy as np
 
     from srifty import simulate
@@ -208,7 +209,8 @@ def allreduce_us(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkSc
         if r.instance_type not in hws:
             hws[r.instance_type] = scale.apply(hardware_of(catalog, r.instance_type))
         hw = hws[r.instance_type]
-        out.append(simulate.allreduce_ms(r.nbytes, [r.gpus_per_node] * r.nodes, hw.intra, hw.inter) * 1e3)
+        out.append(simulate.allreduce_ms(r.nbytes, [r.gpus_per_node] * r.nodes, hw.intra, hw.inter,
+                                         hierarchical=hw.intra_kind == "nvlink") * 1e3)
     return np.array(out)
 
 

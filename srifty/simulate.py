@@ -8,7 +8,10 @@ microseconds for link latency.
 - across nodes the ring crosses every node's NIC once each way, so B is the slowest link on
   the ring (inter-node NIC or intra-node path) and α the largest latency.
 - hierarchical (equal workers per node g, n nodes): intra reduce-scatter, inter allreduce of
-  the node's shard on every rail (the NIC carries 2(n−1)/n·S in all), intra all-gather.
+  the node's shard on every rail (the NIC carries 2(n−1)/n·S in all), intra all-gather. Only
+  where the node has an NVLink/NVSwitch fabric (``hierarchical=True``): NCCL's multi-rail
+  and tree paths get close to it there (nccl-tests on p4d/p4de/p5), while PCIe nodes with one
+  NIC (the Pollux g4dn traces) and gloo (emulated hosts) run the flat ring for DDP's buckets.
 - iteration: forward, then backward during which DDP buckets become ready (the profile's
   ready times when known, else a uniform split); each bucket's allreduce starts when it is
   ready and the previous one finished; the step ends when both backward and the last
@@ -62,8 +65,10 @@ def hierarchical_allreduce_ms(nbytes: float, nodes: int, per_node: int, intra: L
     return t
 
 
-def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, inter: Link) -> float:
-    """Best of flat ring and hierarchical allreduce for a placement (workers on each node)."""
+def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, inter: Link,
+                 hierarchical: bool = True) -> float:
+    """Allreduce time for a placement (workers on each node): the flat ring, or the best of it
+    and the hierarchical allreduce when ``hierarchical`` (equal workers per node)."""
     wpn = [int(w) for w in workers_per_node]
     p, n = sum(wpn), len(wpn)
     if p <= 1:
@@ -72,7 +77,7 @@ def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, in
         return ring_allreduce_ms(nbytes, p, intra)
     bottleneck = Link(min(intra.gbytes_per_s, inter.gbytes_per_s), max(intra.latency_us, inter.latency_us))
     best = ring_allreduce_ms(nbytes, p, bottleneck)
-    if len(set(wpn)) == 1:
+    if hierarchical and len(set(wpn)) == 1:
         best = min(best, hierarchical_allreduce_ms(nbytes, n, wpn[0], intra, inter))
     return best
 
@@ -112,7 +117,7 @@ def _advance(t: float, work: float, busy_until: float, slowdown: float) -> float
 def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers_per_node: Sequence[int],
                        intra: Link, inter: Link, backward_fraction: float = DEFAULT_BACKWARD_FRACTION,
                        ready_fractions: Sequence[float] | None = None, optimizer_ms: float = 0.0,
-                       overlap_slowdown: float = 0.0) -> SimResult:
+                       overlap_slowdown: float = 0.0, hierarchical: bool = True) -> SimResult:
     """One training step: ``compute_ms`` (forward + backward of the slowest worker), buckets
     all-reduced as they become ready during backward, then ``optimizer_ms``.
 
@@ -121,6 +126,7 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
     ``overlap_slowdown``: backward runs ``1 + overlap_slowdown`` times slower while an allreduce
     is in flight (the collective competes with it for the same processor: on CPU hosts its
     thread shares the host's cores; 0 = overlap is free).
+    ``hierarchical``: the allreduce may take the hierarchical form (see :func:`allreduce_ms`).
     """
     fwd = compute_ms * (1.0 - backward_fraction)
     bwd = compute_ms * backward_fraction
@@ -133,7 +139,7 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
         frac = min(max(frac, 0.0), 1.0)
         if frac > done:
             t, done = _advance(t, (frac - done) * bwd, end, overlap_slowdown), frac
-        c = allreduce_ms(size, workers_per_node, intra, inter)
+        c = allreduce_ms(size, workers_per_node, intra, inter, hierarchical)
         total += c
         end = max(end, t) + c
     backward_end = _advance(t, (1.0 - done) * bwd, end, overlap_slowdown)

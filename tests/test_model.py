@@ -34,6 +34,28 @@ def test_ring_allreduce_hand_arithmetic() -> None:
     hier = 2 * (1 / 2 * 10.0 + 0.01) + 2 * 1 / 2 * 100.0 + 2 * 0.1
     assert simulate.allreduce_ms(100e6, [2, 2], intra, inter) == pytest.approx(min(flat, hier))
     assert simulate.allreduce_ms(100e6, [4], intra, inter) == pytest.approx(2 * 3 / 4 * 10.0 + 6 * 0.01)
+    # without the hierarchical form (PCIe nodes, gloo): the flat ring even where it is slower
+    assert hier < flat and simulate.allreduce_ms(100e6, [2, 2], intra, inter, hierarchical=False) == pytest.approx(flat)
+
+
+def test_only_nvlink_nodes_get_the_hierarchical_allreduce() -> None:
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run, hardware_of
+
+    cat = Catalog.default()
+    for instance_type, hierarchical in (("g4dn.12xlarge", False), ("p3.16xlarge", True)):
+        hw = hardware_of(cat, instance_type)
+        assert (hw.intra_kind == "nvlink") is hierarchical
+        job = JobProfile("m", [Run(instance_type, (1,), 32, 100.0)], param_count=25_000_000)
+        fb = FeatureBuilder(job, cat)
+        est = fb.estimate(parse_config(f"2x{instance_type}:4").resolved(cat), 32)
+        c, _, _ = fb.compute_ms(instance_type, 32)
+        buckets = simulate.bucket_layout(25_000_000 * 4)
+        args = (c, buckets, [4, 4], fb.hardware(instance_type).intra, fb.hardware(instance_type).inter)
+        ring, best = (simulate.simulate_iteration(*args, hierarchical=h).iteration_ms for h in (False, True))
+        assert best < ring  # on both, the hierarchical form would be faster: the choice matters
+        assert est.sim_ms == pytest.approx(best if hierarchical else ring)
 
 
 def test_overlap_simulation() -> None:
