@@ -538,7 +538,8 @@ def render_allreduce(checks: Sequence[AllreduceCheck], notes: Sequence[str]) -> 
     lines = ["", "## Allreduce: nccl-tests on EC2", "",
              f"`all_reduce_perf` out-of-place times for messages of at least {NCCL_MIN_BYTES >> 20} MiB "
              "(data/traces/nccl_tests_allreduce_aws.csv) against the simulator's allreduce (best of ring and "
-             "hierarchical, as on every NVLink node) with three sets of link figures: `fitted` = the type's own NVLink/EFA efficiencies, "
+             "hierarchical, as on every NVLink node) with three sets of link figures: `fitted` = the type's own "
+             "NVLink/EFA efficiencies, "
              "fitted on the other message sizes of that type and tested on the sizes left out (two folds, alternate "
              "sizes; what srifty uses for a type with measured allreduces); `catalog` = the catalog's stated "
              "bandwidths (what srifty uses for NVLink/EFA types without them); `tcp-pcie-fit` = the efficiencies "
