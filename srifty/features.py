@@ -738,6 +738,10 @@ class FeatureBuilder:
         post = step_alone - compute
         intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
+        if all(h.emulated for h in hws) and max(wpn_all) == 1:
+            # CPU workers send from host memory: with one worker per host no intra-host hop is on
+            # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
+            intra = inter
         gb = self.grad_bytes
         if gb:
             buckets = self.job.bucket_bytes if self.job.bucket_bytes else simulate.bucket_layout(gb)

@@ -148,10 +148,23 @@ def test_profile_reading_and_mixed_config(emu_catalog: Any) -> None:
     # the slowest worker (small: measured, not transferred) sets the pace; the ring runs at the
     # 200 Mbit/s bottleneck times the tbf goodput; the optimizer follows the last allreduce
     link = Link(200 / 8000.0 * TBF_GOODPUT, LinkScale().emulated_latency_us)
-    want = simulate.simulate_iteration(300.0, [b for _, b, _ in BUCKETS], [1, 1], Link(2.0, 10.0), link,
-                                       200.0 / 300.0, [r / 200.0 for _, _, r in BUCKETS], optimizer_ms=10.0)
+    buckets, fracs = [b for _, b, _ in BUCKETS], [r / 200.0 for _, _, r in BUCKETS]
+    want = simulate.simulate_iteration(300.0, buckets, [1, 1], link, link, 200.0 / 300.0, fracs, optimizer_ms=10.0,
+                                       hierarchical=False)
     assert not est.transferred
     assert est.sim_ms == pytest.approx(want.iteration_ms)
+    # one worker per host: the ring's every hop is a host's link, so a link latency below the
+    # host's intra-host latency (10 µs) is what each step pays
+    fast = LinkScale(emulated_latency_us=1.0)
+    mixed_config = parse_config("1xemu.medium+1xemu.small").resolved(emu_catalog)
+    est = FeatureBuilder(job, emu_catalog, fast).estimate(mixed_config, 8)
+    link = Link(200 / 8000.0 * TBF_GOODPUT, 1.0)
+    want = simulate.simulate_iteration(300.0, buckets, [1, 1], link, link, 200.0 / 300.0, fracs, optimizer_ms=10.0,
+                                       hierarchical=False)
+    with_intra_hop = simulate.simulate_iteration(300.0, buckets, [1, 1], Link(2.0, 10.0), link, 200.0 / 300.0,
+                                                 fracs, optimizer_ms=10.0, hierarchical=False)
+    assert with_intra_hop.iteration_ms > want.iteration_ms
+    assert est.sim_ms == pytest.approx(want.iteration_ms, rel=1e-9)
     assert est.compute_ms == pytest.approx(sum(small))
 
 
