@@ -405,6 +405,12 @@ class Hardware:
     speed_factors: tuple[tuple[str, float], ...] = ()
 
     @property
+    def hierarchical_allreduce(self) -> bool:
+        """Whether an allreduce across these nodes may take the hierarchical form (NVLink/NVSwitch
+        nodes only: see srifty.simulate.allreduce_ms)."""
+        return self.intra_kind == "nvlink"
+
+    @property
     def speed(self) -> float | None:
         """A relative compute speed used to transfer compute time between types (FP32 work)."""
         return self.speed_for(None)
@@ -753,7 +759,7 @@ class FeatureBuilder:
                                               optimizer_ms=post, overlap_slowdown=(
                                                   self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
                                                   if all(h.emulated for h in hws) else 0.0),
-                                              hierarchical=all(h.intra_kind == "nvlink" for h in hws))
+                                              hierarchical=all(h.hierarchical_allreduce for h in hws))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             if sum(wpn_all) > 1:

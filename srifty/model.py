@@ -210,7 +210,7 @@ def allreduce_us(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkSc
             hws[r.instance_type] = scale.apply(hardware_of(catalog, r.instance_type))
         hw = hws[r.instance_type]
         out.append(simulate.allreduce_ms(r.nbytes, [r.gpus_per_node] * r.nodes, hw.intra, hw.inter,
-                                         hierarchical=hw.intra_kind == "nvlink") * 1e3)
+                                         hierarchical=hw.hierarchical_allreduce) * 1e3)
     return np.array(out)
 
 

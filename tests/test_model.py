@@ -46,7 +46,7 @@ def test_only_nvlink_nodes_get_the_hierarchical_allreduce() -> None:
     cat = Catalog.default()
     for instance_type, hierarchical in (("g4dn.12xlarge", False), ("p3.16xlarge", True)):
         hw = hardware_of(cat, instance_type)
-        assert (hw.intra_kind == "nvlink") is hierarchical
+        assert hw.hierarchical_allreduce is hierarchical
         job = JobProfile("m", [Run(instance_type, (1,), 32, 100.0)], param_count=25_000_000)
         fb = FeatureBuilder(job, cat)
         est = fb.estimate(parse_config(f"2x{instance_type}:4").resolved(cat), 32)
