@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles corpus repeatability gpu-speed model accuracy bench evaluate clean
+.PHONY: setup test demo profiles corpus repeatability gpu-speed gpu-check model accuracy bench evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ repeatability:
 # (srifty/data/gpu_transfer_error.json); then `make model` (the model card hashes both files).
 gpu-speed:
 	$(BIN)/python scripts/fit_gpu_speed.py
+
+# The profiler on a real CUDA GPU (needs one; ~5 min): the examples at three batch sizes each,
+# the refusals, --device cpu, predict/recommend from a GPU profile (docs/gpu-check.md)
+gpu-check:
+	mkdir -p runs && PY=$(BIN)/python scripts/gpu_check.sh runs/gpu-check 2>&1 | tee runs/gpu-check.log
 
 # The latency model shipped with srifty (srifty/data/latency-model.skops + .card.json), trained on
 # the shipped corpus; rerun after changing the corpus or the features (a test checks it is current).

@@ -190,6 +190,27 @@ def test_precision_of_a_job() -> None:
     assert tf32_flop_share({**cnn, "cudnn_allow_tf32": False}) == 0.0
 
 
+def test_more_workers_than_gpus_is_refused_before_launch() -> None:
+    from srifty.errors import SriftyError
+    from srifty.profiling.launcher import ProfileRequest, check_gpu_count, worker_env
+
+    one_gpu = 1
+    with pytest.raises(SriftyError, match=r"--nproc asks for 2 workers.*1 CUDA GPU;") as err:
+        check_gpu_count(ProfileRequest(script="train.py", nproc=2), one_gpu)
+    assert "--nproc 1 or fewer" in (err.value.hint or "") and "add --device cpu" in (err.value.hint or "")
+    with pytest.raises(SriftyError, match=r"--world-sizes asks for 4 workers.*2 CUDA GPUs") as err:
+        check_gpu_count(ProfileRequest(script=None, collectives=True, world_sizes=[2, 4]), 2)
+    assert "--world-sizes 2 or fewer" in (err.value.hint or "")
+    with pytest.raises(SriftyError, match=r"--world-sizes asks for 2 workers.*1 CUDA GPU;") as err:
+        check_gpu_count(ProfileRequest(script=None, collectives=True, world_sizes=[2]), 1)
+    assert "needs two GPUs or more" in (err.value.hint or "")  # not "--world-sizes 1": an allreduce needs 2
+    check_gpu_count(ProfileRequest(script="train.py", nproc=2), 2)  # one worker per GPU: fine
+    check_gpu_count(ProfileRequest(script="train.py", nproc=8), 0)  # CPU workers: any number
+    # --device cpu hides the GPUs from the script too, not only from srifty's timers
+    assert worker_env(ProfileRequest(script="t.py", device="cpu"), "/r")["CUDA_VISIBLE_DEVICES"] == ""
+    assert "CUDA_VISIBLE_DEVICES" not in worker_env(ProfileRequest(script="t.py"), "/r")
+
+
 def test_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path) -> None:
     out = tmp_path / "never.json"
     res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), "--nproc", "2", "--dry-run", "--out", str(out))

@@ -659,10 +659,44 @@ class ProfilingBackend(ABC):
         return doc
 
 
+def check_gpu_count(request: ProfileRequest, gpus: int) -> None:
+    """Refuse a local run that would put two workers on one GPU (NCCL stops on a duplicate
+    GPU); ``gpus`` is the number of CUDA GPUs the workers would use (0: CPU workers)."""
+    if gpus <= 0:
+        return
+    workers = max(request.world_sizes) if request.collectives and request.world_sizes else request.nproc
+    if workers <= gpus:
+        return
+    flag = "--world-sizes" if request.collectives and request.world_sizes else "--nproc"
+    if request.collectives and gpus < 2:
+        fix = "The allreduce sweep needs two GPUs or more: run it where there are (--backend ec2)"
+    else:
+        fix = f"Use {flag} {gpus} or fewer here (more GPUs: --backend ec2)"
+    raise SriftyError(
+        f"{flag} asks for {workers} workers on this machine, but it has {gpus} CUDA GPU"
+        f"{'s' if gpus > 1 else ''}; NCCL runs one worker per GPU.",
+        f"{fix}, or add --device cpu to run CPU workers with gloo.",
+    )
+
+
+def local_gpu_count(device: str) -> int:
+    """CUDA GPUs the local workers will use: none with ``--device cpu`` or without CUDA."""
+    if device == "cpu":
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 class LocalBackend(ProfilingBackend):
     """All workers on this machine, started by torchrun (``--standalone``)."""
 
     name = "local"
+
+    def profile(self, request: ProfileRequest, out: str | None, progress: ProgressFn | None = None) -> dict[str, Any]:
+        request.validate()
+        check_gpu_count(request, local_gpu_count(request.device))
+        return super().profile(request, out, progress)
 
     def plan(self, request: ProfileRequest, run_dir: str) -> LaunchPlan:
         port = _free_port() if run_dir != "<run-dir>" else 29500
@@ -691,6 +725,8 @@ def worker_env(request: ProfileRequest, run_dir: str) -> dict[str, str]:
         "SRIFTY_DEVICE": request.device,
         "PYTHONUNBUFFERED": "1",
     }
+    if request.device == "cpu":  # the script's own device choice too (scripts pick cuda when they see a GPU)
+        env["CUDA_VISIBLE_DEVICES"] = ""
     if request.batch_size:
         env["SRIFTY_BATCH_SIZE"] = str(request.batch_size)
     if request.collectives:
