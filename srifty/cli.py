@@ -265,7 +265,7 @@ def show_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     from srifty import profile as profile_mod
     from srifty import report
 
-    summaries = [report.profile_summary(p) for p in profile_mod.load_many(list(paths))]
+    summaries = report.in_batch_order([report.profile_summary(p) for p in profile_mod.load_many(list(paths))])
     if as_json:
         click.echo(json.dumps({"schema": 1, "profiles": summaries}, indent=1))
         return

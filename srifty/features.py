@@ -115,6 +115,10 @@ class ComputeCurve:
         return cls(tuple(bs), tuple(ts))
 
     def at(self, batch: float) -> float:
+        """Linear between measured batches; outside them, the nearest segment's line kept within
+        :meth:`bounds`; from a single measured batch, proportional to the batch (right for a
+        saturated device, the top of the bounds above the measured batch: docs/latency-model.md,
+        "Compute at another batch", has how far it misses elsewhere)."""
         bs, ts = self.batches, self.times_ms
         if len(bs) == 1:
             return ts[0] * batch / bs[0]
@@ -127,7 +131,21 @@ class ComputeCurve:
         slope = (ts[i + 1] - ts[i]) / (bs[i + 1] - bs[i])
         value = ts[i] + slope * (batch - bs[i])
         floor = min(ts) * min(1.0, batch / bs[0]) * 0.5  # never below half the per-sample rate seen
-        return max(value, floor, 1e-6)
+        value = max(value, floor, 1e-6)
+        bounds = self.bounds(batch)
+        return min(max(value, bounds[0]), bounds[1]) if bounds else value
+
+    def bounds(self, batch: float) -> tuple[float, float] | None:
+        """(least, most) compute time at a batch outside the measured ones, None inside them.
+        A larger batch never takes less time than a smaller one, nor more time per sample
+        (the device is at least as busy): above the largest measured batch b1 (time t1) the
+        time lies in [t1, t1 * batch / b1]; below the smallest, b0 (t0), in [t0 * batch / b0, t0]."""
+        bs, ts = self.batches, self.times_ms
+        if bs[0] <= batch <= bs[-1]:
+            return None
+        if batch > bs[-1]:
+            return ts[-1], ts[-1] * batch / bs[-1]
+        return ts[0] * batch / bs[0], ts[0]
 
     @property
     def batch_range(self) -> tuple[float, float]:
@@ -603,6 +621,9 @@ class RowEstimate:
     notes: list[str]
     compute_rel_ci: float = 0.0  # the loosest measurement behind the compute times used (relative CI half-width)
     loose_notes: tuple[str, ...] = ()  # the notes (among ``notes``) that say so
+    # (least, most) compute over the estimate's, as ratios, where the batch lies outside the profiled
+    # ones (ComputeCurve.bounds); (1, 1) where every worker's batch was measured or interpolated
+    batch_bounds: tuple[float, float] = (1.0, 1.0)
 
 
 class FeatureBuilder:
@@ -670,6 +691,43 @@ class FeatureBuilder:
             best = min(best, cand) if best else cand
         return (best[2], best[1]) if best else None
 
+    def compute_source(self, instance_type: str) -> str | None:
+        """The profiled type whose compute curve ``instance_type``'s compute comes from: itself when
+        profiled, else the one it is transferred from (None: neither)."""
+        if self.curve(instance_type) is not None:
+            return instance_type
+        got = self._transfer(instance_type, 1.0, self.curve)
+        return got[1] if got else None
+
+    def profiled_range(self, instance_type: str) -> tuple[float, float]:
+        """The least and most batch ``instance_type``'s compute was measured at ((0, 0): none)."""
+        src = self.compute_source(instance_type)
+        curve = self.curve(src) if src else None
+        return curve.batch_range if curve else (0.0, 0.0)
+
+    def profiled_batches(self, instance_type: str) -> str:
+        """'batch B profiled on T' / 'batches B0-B1 profiled on T': what ``instance_type``'s compute was measured at."""
+        b0, b1 = self.profiled_range(instance_type)
+        if not b1:
+            return "no profiled batch"
+        return (f"batch {b0:g}" if b0 == b1 else f"batches {b0:g}-{b1:g}") + \
+            f" profiled on {self.compute_source(instance_type)}"
+
+    def batch_bounds(self, instance_type: str, batch: float) -> tuple[tuple[float, float], str | None]:
+        """(least, most) compute at ``batch`` over the estimate, as ratios, and the warning, where
+        ``batch`` lies outside the batches measured on ``instance_type`` (or on the type its compute
+        is transferred from); ((1, 1), None) inside them."""
+        src = self.compute_source(instance_type)
+        curve = self.curve(src) if src else None
+        bounds = curve.bounds(batch) if curve else None
+        if curve is None or bounds is None:
+            return (1.0, 1.0), None
+        at = curve.at(batch)
+        note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
+                f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
+                f"interval takes that in; profile at batch {batch:g} for a measured figure")
+        return (bounds[0] / at, bounds[1] / at), note
+
     def compute_ms(self, instance_type: str, batch: float) -> tuple[float, bool, str | None]:
         """Per-worker compute at ``batch`` on ``instance_type`` and whether it was transferred.
 
@@ -723,6 +781,7 @@ class FeatureBuilder:
         cycles, transferred, notes = [], False, []
         hws = []
         loosest, loose_notes = 0.0, []
+        batch_low, batch_high = 1.0, 1.0
         for g in config.groups:
             hw = self.hardware(g.instance_type)
             hws.append(hw)
@@ -738,8 +797,11 @@ class FeatureBuilder:
             c, t, note = self.compute_ms(g.instance_type, local_batch_size)
             cycles.append((c + self.post_ms(g.instance_type, local_batch_size), c))
             transferred |= t
-            if note and note not in notes:
-                notes.append(note)
+            (low, high), batch_note = self.batch_bounds(g.instance_type, local_batch_size)
+            batch_low, batch_high = min(batch_low, low), max(batch_high, high)
+            for n in (note, batch_note):
+                if n and n not in notes:
+                    notes.append(n)
         step_alone, compute = max(cycles)  # the slowest worker
         post = step_alone - compute
         intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
@@ -793,7 +855,8 @@ class FeatureBuilder:
         }
         for h in hws:
             notes.extend(n for n in h.notes if n not in notes)
-        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes))
+        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
+                           (batch_low, batch_high))
 
     def frame(self, rows: Sequence[tuple[ClusterConfig, float]]) -> "pd.DataFrame":
         """Feature table (plus sim_ms, compute_ms, transferred) for many rows, each distinct row once."""
@@ -806,8 +869,9 @@ class FeatureBuilder:
             if key not in cache:
                 cache[key] = self.estimate(config, b)
             est = cache[key]
-            out.append({**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms})
-        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms"])
+            out.append({**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
+                        "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1]})
+        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high"])
 
 
 def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:

@@ -640,7 +640,14 @@ class LatencyModel:
             lo = np.where(moved, center - np.hypot(center - lo, min(spread.q05, 0.0)), lo)
             hi = np.where(moved, center + np.hypot(hi - center, max(spread.q95, 0.0)), hi)
         sim = np.asarray(X["sim_ms"], dtype=float)
-        return sim * np.exp(lo), sim * np.exp(hi)
+        low, high = sim * np.exp(lo), sim * np.exp(hi)
+        if "batch_low" in X.columns:
+            # a batch outside the profiled ones: the compute could be anywhere within its bounds
+            # (ComputeCurve.bounds), taken on the whole predicted step
+            pred = sim * np.exp(center)
+            low = np.minimum(low, pred * np.asarray(X["batch_low"], dtype=float))
+            high = np.maximum(high, pred * np.asarray(X["batch_high"], dtype=float))
+        return low, high
 
 
 # --------------------------------------------------------------------------- the predictor

@@ -17,6 +17,18 @@ def _fmt_bytes(n: float | None) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
+def in_batch_order(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive profiles of one model, instance type(s) and world size in batch order (a model
+    directory lists b128.json before b32.json); everything else keeps its order."""
+    import itertools
+
+    def same_job(s: dict[str, Any]) -> tuple[Any, ...]:
+        return s["kind"], s.get("model"), tuple(s.get("instance_types") or ()), s.get("world_size")
+
+    return [s for _, group in itertools.groupby(summaries, key=same_job)
+            for s in sorted(group, key=lambda s: s.get("local_batch_size") or 0)]
+
+
 def profile_summary(p: Profile) -> dict[str, Any]:
     """The figures a person or a script wants from one profile."""
     doc = p.doc

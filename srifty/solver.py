@@ -204,6 +204,18 @@ class ModelOracle:
                 note = loose_profile_note(self.job.model, str(t), ci)
                 if note not in self.notes:
                     self.notes.append(note)
+        outside = (X["batch_low"].to_numpy(dtype=float) < 1.0) | (X["batch_high"].to_numpy(dtype=float) > 1.0)
+        batches = rows["local_batch_size"].to_numpy(dtype=float)
+        by_source: dict[str, list[str]] = {}  # one note per profiled curve the extrapolations come from
+        for t in sorted(set(types[outside])):
+            by_source.setdefault(self.builder.profiled_batches(str(t)), []).append(str(t))
+        for measured, ts in by_source.items():
+            b = batches[outside & np.isin(types, ts)]
+            note = (f"per-worker batches {b.min():.4g}-{b.max():.4g} (on {len(ts)} instance type"
+                    f"{'s' if len(ts) > 1 else ''}) lie outside the {measured}: their compute is extrapolated "
+                    "and their intervals widened to what it could be; profile at the batch you will train with")
+            if note not in self.notes:
+                self.notes.append(note)
         if LatencyModel.communication_unknown(X).any() and GRADIENT_UNKNOWN_NOTE not in self.notes:
             self.notes.append(GRADIENT_UNKNOWN_NOTE)
         for i, (t, w, n, b) in enumerate(zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
@@ -219,6 +231,9 @@ class ModelOracle:
         out["interval_low_ms"] = lo
         out["interval_high_ms"] = hi
         out["compute_ms"] = X["compute_ms"].to_numpy(dtype=float)
+        ranges = {str(t): self.builder.profiled_range(str(t)) for t in set(types)}
+        out["profiled_batch_low"] = [ranges[str(t)][0] for t in types]
+        out["profiled_batch_high"] = [ranges[str(t)][1] for t in types]
         out["source"] = source
         return out
 
@@ -231,7 +246,8 @@ class CachedOracle:
     repeated recommendation over the same inputs skips the model entirely.
     """
 
-    COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms")
+    COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms", "profiled_batch_low",
+               "profiled_batch_high")
 
     def __init__(self, make: Any, identity: dict[str, Any], default_batch: int, directory: Any = None) -> None:
         self.make = make
@@ -553,6 +569,7 @@ class _OfferTable:
     cap: "np.ndarray"  # offers × N: raw throughput of n full nodes (samples/s)
     over: "np.ndarray"  # offers × N: communication overhead (ms) at n nodes
     speed: "np.ndarray"  # per-worker samples/ms from one full node's compute at its batch
+    profiled: "np.ndarray"  # offers × 2: the least and most batch its compute was measured at (0: none)
     hom: "np.ndarray"  # offers × (max slots) × N: raw throughput of n nodes with w workers each (nan: no row)
     rows: dict[int, "np.ndarray"]  # offer -> grid index of its homogeneous rows
     valid: "np.ndarray"
@@ -563,13 +580,15 @@ def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
 
     k = len(offers.instance_type)
     wmax = int(offers.slots.max())
-    cap = np.zeros((k, N)); over = np.zeros((k, N)); speed = np.zeros(k)
+    cap = np.zeros((k, N)); over = np.zeros((k, N)); speed = np.zeros(k); profiled = np.zeros((k, 2))
     hom = np.full((k, wmax, N), np.nan)
     valid = np.zeros(k, bool)
     by_type = grid.groupby("instance_type", sort=False).indices
     g_w = grid["workers_per_node"].to_numpy(); g_n = grid["nodes"].to_numpy()
     g_thr = grid["throughput"].to_numpy(dtype=float); g_over = grid["overhead_ms"].to_numpy(dtype=float)
     g_cmp = grid["compute_ms"].to_numpy(dtype=float); g_lb = grid["local_batch_size"].to_numpy(dtype=float)
+    g_prof = (grid[["profiled_batch_low", "profiled_batch_high"]].to_numpy(dtype=float)
+              if "profiled_batch_low" in grid.columns else np.zeros((len(grid), 2)))
     rows: dict[int, np.ndarray] = {}
     for i, t in enumerate(offers.instance_type):
         idx = by_type.get(t)
@@ -583,8 +602,9 @@ def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
         rows[i] = idx
         cap[i] = g_thr[full]; over[i] = g_over[full]
         speed[i] = g_lb[full[0]] / g_cmp[full[0]]
+        profiled[i] = g_prof[full[0]]
         hom[i, g_w[idx] - 1, g_n[idx] - 1] = g_thr[idx]
-    return _OfferTable(cap, over, speed, hom, rows, valid)
+    return _OfferTable(cap, over, speed, profiled, hom, rows, valid)
 
 
 def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
@@ -893,6 +913,16 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
                                                 ((grid["instance_type"] == tb) & (grid["workers_per_node"] == offers.slots[bb])))]
         rel_lo = float((rows["interval_low_ms"] / rows["iteration_ms"]).min())
         rel_hi = float((rows["interval_high_ms"] / rows["iteration_ms"]).max())
+        # the split takes each type's compute as linear in its batch; outside the batches profiled
+        # it lies within ComputeCurve.bounds, and the equalised step within the slower type's
+        lows, highs = [1.0], [1.0]
+        for o, t in ((a, ta), (bb, tb)):
+            b0, b1 = space.tab.profiled[o]
+            if b1 and split[t] > b1:
+                lows.append(b1 / split[t])
+            elif b0 and split[t] < b0:
+                highs.append(b0 / split[t])
+        rel_lo, rel_hi = min(rel_lo, max(lows)), max(rel_hi, max(highs))
         it = float(gb / cat["raw"][j] * 1e3)  # after the sum-of-parts cap
         lo, hi = it * rel_lo, it * rel_hi
         srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])

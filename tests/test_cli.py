@@ -62,6 +62,9 @@ def test_show_table_and_json() -> None:
     assert doc["schema"] == 1
     models = {p.get("model") for p in doc["profiles"]}
     assert {"cnn_resnet", "transformer_lm", "mlp_recsys"} <= models
+    # one model's profiles at several batches (b128.json sorts before b32.json): in batch order
+    res = run_srifty("show", str(PROFILES / "h200" / "cnn_resnet"), "--json")
+    assert [p["local_batch_size"] for p in json.loads(res.stdout)["profiles"]] == [32, 128, 512]
 
 
 def test_bad_profile_is_one_paragraph_error(tmp_path) -> None:

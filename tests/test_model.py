@@ -608,6 +608,60 @@ def test_far_outside_training_range_warns(model_file: Path) -> None:
     assert d["interval_ms"][1] / d["interval_ms"][0] > 1.2
 
 
+def test_compute_curve_is_held_within_its_bounds_outside_the_measured_batches() -> None:
+    from srifty.features import ComputeCurve
+
+    one = ComputeCurve.from_points([(32, 8.0)])
+    assert one.bounds(32) is None and one.at(64) == 16.0  # proportional: the top of its bounds
+    # a larger batch takes no less time, and no more per sample; a smaller one the reverse
+    assert one.bounds(64) == (8.0, 16.0) and one.bounds(16) == (4.0, 8.0)
+    two = ComputeCurve.from_points([(32, 8.0), (128, 9.0)])
+    assert two.bounds(64) is None and two.at(64) == pytest.approx(8.0 + 32 / 96)  # interpolated
+    assert two.at(512) == pytest.approx(9.0 + 384 / 96)  # the last segment's line, inside [9, 36]
+    assert two.bounds(512) == (9.0, 36.0) and two.bounds(8) == (2.0, 8.0)
+    # a falling last segment (noise) would extrapolate below the largest batch's time: held there
+    assert ComputeCurve.from_points([(256, 6.9), (1024, 6.5)]).at(4096) == 6.5
+    # a superlinear one, above proportional: held at the per-sample rate of the largest batch
+    assert ComputeCurve.from_points([(8, 1.0), (16, 4.0)]).at(32) == pytest.approx(8.0)
+
+
+def test_batch_check_against_hand_arithmetic() -> None:
+    from srifty.validate import BatchCheck, batch_scaling_summary
+
+    up = BatchCheck("d", "m on t", 32, 8.0, 128, 10.0)  # 4x the batch, 1.25x the time
+    assert up.ratio == 4 and up.proportional_ape() == pytest.approx((8.0 * 4 / 10.0 - 1) * 100)  # 220%
+    assert up.inside_bounds()  # within [8, 32]
+    down = BatchCheck("d", "m on t", 128, 10.0, 32, 8.0)
+    assert down.proportional_ape() == pytest.approx((1 - 2.5 / 8.0) * 100) and down.inside_bounds()  # [2.5, 10]
+    faster = BatchCheck("d", "m on t", 32, 8.0, 128, 7.0)  # a larger batch measured faster: outside
+    assert not faster.inside_bounds()
+    s = batch_scaling_summary([up, down, faster])["d"]["2-4"]
+    assert s["pairs"] == 3 and s["inside_bounds"] == pytest.approx(2 / 3)
+
+
+def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h200_measurements(
+        model_file: Path) -> None:
+    # profiles/h200: the examples on one H200 at three batches each (2026-12-04). On such a GPU a
+    # small step hardly grows with the batch, so a time proportional to the batch misses far
+    h200 = ROOT / "profiles" / "h200"
+    for model, small, large in (("cnn_resnet", 32, 512), ("transformer_lm", 8, 128)):
+        args = ("--config", "1xp5en.48xlarge:1", "-b", str(large), "--model", str(model_file), "--json")
+        res = _predict("--profile", str(h200 / model), *args)
+        measured = json.loads(res.stdout.splitlines()[-1])
+        assert measured["source"] == "measured"
+        res = _predict("--profile", str(h200 / model / f"b{small}.json"), *args)
+        assert res.exit_code == 0, res.stderr
+        d = json.loads(res.stdout.splitlines()[-1])
+        assert d["source"] == "predicted"
+        assert f"per-worker batch {large} is outside the batch {small} profiled on p5en.48xlarge" in res.stderr
+        assert d["interval_ms"][0] <= measured["iteration_ms"] <= d["interval_ms"][1]
+        assert d["iteration_ms"] > 1.5 * measured["iteration_ms"]  # the point estimate: proportional, far off
+        # inside the profiled batches no such warning
+        res = _predict("--profile", str(h200 / model), "--config", "1xp5en.48xlarge:1", "-b", str(2 * small),
+                       "--model", str(model_file), "--json")
+        assert res.exit_code == 0 and "is outside the" not in res.stderr
+
+
 def test_unknown_type_did_you_mean_real_cli(model_file: Path) -> None:
     # once through a real subprocess, as a user runs it
     res = run_srifty("predict", "--profile", str(POLLUX / "ncf"), "--config", "2xg4dn.12xlarg", "--model", str(model_file))
@@ -754,6 +808,12 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     emu = splits["emulated/loco"]
     assert f"| emulated/loco | {emu['model']['n']} | {emu['model']['mape']:.1f} ({emu['model']['median']:.1f}) |" in text
     assert {"pollux/lomo-1gpu", "pollux/nodes>4", "lambda/lomo-1gpu", "emulated/loco"} <= set(splits)
+    # compute at another batch: every ordered pair of batches of a job alone on one device
+    batch = json.loads(res.stdout)["batch_scaling"]
+    h200 = batch["h200"]  # 3 examples x 3 batches, x4 apart: 6 ordered pairs each, 4 at x4 and 2 at x16
+    assert h200["2-4"]["pairs"] == 12 and h200["4+"]["pairs"] == 6 and h200["2-4"]["jobs"] == 3
+    assert {"pollux", "gavel", "emulated", "h200"} <= set(batch)
+    assert "## Compute at another batch" in out.read_text()
     for name, corpus in (("pollux", "profiles/pollux"), ("lambda", "profiles/lambda")):
         jobs = load_corpus([str(ROOT / corpus)])
         multi_gpu = sum(1 for j in jobs for r in j.runs if r.world_size >= 2)

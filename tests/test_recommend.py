@@ -137,6 +137,23 @@ def test_mix_splits_the_batch_by_speed_and_keeps_the_global_batch():
     assert all(x.global_batch == pytest.approx(96) for x in r.recommendations)
 
 
+def test_a_mix_whose_split_leaves_the_profiled_batches_takes_in_their_bounds():
+    cat, oracle = emulated()
+    r = all_feasible(budget_per_hour=5.0, global_batch_size=96)
+    checked = 0
+    for x in (x for x in r.recommendations if x.mixed):
+        lows, highs = [1.0], [1.0]
+        for t, b in x.batch_split.items():
+            b0, b1 = oracle.builder.profiled_range(t)
+            lows.append(b1 / b if b > b1 else 1.0)
+            highs.append(b0 / b if b < b0 else 1.0)
+        if max(lows) < 1.0 or max(highs) > 1.0:  # a type's share is outside what it was profiled at
+            assert x.interval_ms[0] <= x.iteration_ms * max(lows) * (1 + 1e-9)
+            assert x.interval_ms[1] >= x.iteration_ms * max(highs) * (1 - 1e-9)
+            checked += 1
+    assert checked > 0
+
+
 def test_spot_goodput_discounts_interruptions():
     r = all_feasible(budget_per_hour=5.0, checkpoint_interval_h=1.0, restart_overhead_h=0.2)
     for x in r.recommendations:

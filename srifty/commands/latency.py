@@ -191,9 +191,11 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         v.replace_readme_table(Path(readme).read_text(), "")
     report = v.ValidationReport()
     real_jobs = []
+    batch_jobs: dict[str, list] = {}  # compute at another batch: every corpus, by name
     allreduce, allreduce_notes = m.measured_allreduce()
     for path in paths:  # each corpus on its own: models of different corpora never share a fold
         jobs = load_corpus([path])
+        batch_jobs[Path(path).name] = jobs
         cat = m.catalog_for_jobs(jobs)
         emulated = all(hardware_of(cat, t).emulated for j in jobs for t in j.instance_types)
         if emulated:
@@ -212,6 +214,9 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
         checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
     transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs: Gavel, Lambda
+    if (m.ROOT / "profiles" / "h200").exists():  # the examples on an H200 (make gpu-check), three batches each
+        batch_jobs["h200"] = load_corpus([str(m.ROOT / "profiles" / "h200")])
+    batch_checks = v.validate_batch_scaling(batch_jobs)
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
@@ -223,7 +228,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
             plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
                 if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
         atomic_write_text(out, v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes)
-                          + v.render_gpu_transfer(transfer, transfer_notes))
+                          + v.render_gpu_transfer(transfer, transfer_notes) + v.render_batch_scaling(batch_checks))
     if readme:
         text = Path(readme).read_text()
         atomic_write_text(readme, v.replace_readme_table(text, v.render_readme_table(report, checks, command, transfer)))
@@ -239,7 +244,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
                              "by_model": {name: {"mape": mape, "rows": n} for name, mape, n in f.by_model}}
                   for f in report.floors}
         click.echo(json.dumps({"splits": pooled, "grad_known": known, "noise_floor": floors, "allreduce": allreduce,
-                               "gpu_transfer": gpu_transfer, "notes": report.notes + comm_notes + transfer_notes},
+                               "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(batch_checks),
+                               "notes": report.notes + comm_notes + transfer_notes},
                               indent=1))
         return
     w = max([12] + [len(k) for k in pooled])
