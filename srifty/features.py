@@ -132,20 +132,33 @@ class ComputeCurve:
         value = ts[i] + slope * (batch - bs[i])
         floor = min(ts) * min(1.0, batch / bs[0]) * 0.5  # never below half the per-sample rate seen
         value = max(value, floor, 1e-6)
-        bounds = self.bounds(batch)
-        return min(max(value, bounds[0]), bounds[1]) if bounds else value
+        if self.covers(batch):
+            return value
+        low, high = self.bounds(batch)
+        return min(max(value, low), high)
 
-    def bounds(self, batch: float) -> tuple[float, float] | None:
-        """(least, most) compute time at a batch outside the measured ones, None inside them.
-        A larger batch never takes less time than a smaller one, nor more time per sample
-        (the device is at least as busy): above the largest measured batch b1 (time t1) the
-        time lies in [t1, t1 * batch / b1]; below the smallest, b0 (t0), in [t0 * batch / b0, t0]."""
+    def covers(self, batch: float) -> bool:
+        """Whether ``batch`` lies within the measured batches (measured or interpolated)."""
+        return self.batches[0] <= batch <= self.batches[-1]
+
+    def bounds(self, batch: float) -> tuple[float, float]:
+        """(least, most) compute time at ``batch``. A larger batch never takes less time than a
+        smaller one, nor more time per sample (the device is at least as busy): above the largest
+        measured batch b1 (time t1) the time lies in [t1, t1 * batch / b1], below the smallest, b0
+        (t0), in [t0 * batch / b0, t0], and between two measured batches within both neighbours'
+        bounds (widened to take in the interpolated time where noisy measurements contradict them)."""
         bs, ts = self.batches, self.times_ms
-        if bs[0] <= batch <= bs[-1]:
-            return None
         if batch > bs[-1]:
             return ts[-1], ts[-1] * batch / bs[-1]
-        return ts[0] * batch / bs[0], ts[0]
+        if batch < bs[0]:
+            return ts[0] * batch / bs[0], ts[0]
+        i = max(j for j in range(len(bs)) if bs[j] <= batch)
+        if bs[i] == batch:
+            return ts[i], ts[i]
+        low = max(ts[i], ts[i + 1] * batch / bs[i + 1])
+        high = min(ts[i] * batch / bs[i], ts[i + 1])
+        value = self.at(batch)
+        return min(low, high, value), max(low, high, value)
 
     @property
     def batch_range(self) -> tuple[float, float]:
@@ -621,8 +634,8 @@ class RowEstimate:
     notes: list[str]
     compute_rel_ci: float = 0.0  # the loosest measurement behind the compute times used (relative CI half-width)
     loose_notes: tuple[str, ...] = ()  # the notes (among ``notes``) that say so
-    # (least, most) compute over the estimate's, as ratios, where the batch lies outside the profiled
-    # ones (ComputeCurve.bounds); (1, 1) where every worker's batch was measured or interpolated
+    # (least, most) compute over the estimate's, as ratios (ComputeCurve.bounds); (1, 1) where every
+    # worker's batch was measured
     batch_bounds: tuple[float, float] = (1.0, 1.0)
 
 
@@ -714,15 +727,16 @@ class FeatureBuilder:
             f" profiled on {self.compute_source(instance_type)}"
 
     def batch_bounds(self, instance_type: str, batch: float) -> tuple[tuple[float, float], str | None]:
-        """(least, most) compute at ``batch`` over the estimate, as ratios, and the warning, where
-        ``batch`` lies outside the batches measured on ``instance_type`` (or on the type its compute
-        is transferred from); ((1, 1), None) inside them."""
+        """(least, most) compute at ``batch`` over the estimate, as ratios (ComputeCurve.bounds of
+        ``instance_type``'s curve, or of the type its compute is transferred from), and the warning
+        where ``batch`` lies outside the batches measured there."""
         src = self.compute_source(instance_type)
         curve = self.curve(src) if src else None
-        bounds = curve.bounds(batch) if curve else None
-        if curve is None or bounds is None:
+        if curve is None:
             return (1.0, 1.0), None
-        at = curve.at(batch)
+        bounds, at = curve.bounds(batch), curve.at(batch)
+        if curve.covers(batch):
+            return (bounds[0] / at, bounds[1] / at), None
         note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
                 f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
                 f"interval takes that in; profile at batch {batch:g} for a measured figure")

@@ -628,12 +628,19 @@ class LatencyModel:
                     # the slowdowns the training corpus's multi-worker runs reached
                     lo[blind] = np.minimum(lo[blind], part.multi_worker_slowdown[0])
                     hi[blind] = np.maximum(hi[blind], part.multi_worker_slowdown[1])
-        outside = np.array([bool(x) for x in self.out_of_range(X)])
+        # one worker on a profiled type: the estimate is the type's compute curve (Predictor.predict,
+        # ModelOracle), no residual, so none of the residual's interval: only the curve's own
+        # bounds below. A transferred one keeps the residual's widened interval: the transfer
+        # spread was measured between GPUs, and a CPU-profiled job carried to a GPU misses further
+        transferred = np.asarray(X["transferred"], dtype=float) > 0
+        single = (np.asarray(X["world_size"], dtype=float) == 1) & ~transferred
+        center, lo, hi = (np.where(single, 0.0, a) for a in (center, lo, hi))
+        outside = np.array([bool(x) for x in self.out_of_range(X)]) & ~single
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
         hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
         spread = gpu_transfer_error()
-        moved = (np.asarray(X["transferred"], dtype=float) > 0) & (np.asarray(X["emulated"], dtype=float) == 0)
+        moved = transferred & (np.asarray(X["emulated"], dtype=float) == 0)
         if spread is not None and moved.any():
             # compute carried to a GPU nobody profiled misses by as much as measured transfers did
             # (srifty.gpuspeed.TransferError), independently of the residual's error: in quadrature
@@ -642,8 +649,9 @@ class LatencyModel:
         sim = np.asarray(X["sim_ms"], dtype=float)
         low, high = sim * np.exp(lo), sim * np.exp(hi)
         if "batch_low" in X.columns:
-            # a batch outside the profiled ones: the compute could be anywhere within its bounds
-            # (ComputeCurve.bounds), taken on the whole predicted step
+            # the compute could be anywhere within its bounds at this batch (ComputeCurve.bounds: a
+            # point where measured, narrow where interpolated, wide outside the profiled batches),
+            # taken on the whole predicted step
             pred = sim * np.exp(center)
             low = np.minimum(low, pred * np.asarray(X["batch_low"], dtype=float))
             high = np.maximum(high, pred * np.asarray(X["batch_high"], dtype=float))
@@ -766,7 +774,7 @@ class Predictor:
                 if sum(wpn) == 1:  # a single worker: the compute curve is the estimate
                     it = est.sim_ms
                     interval = (min(interval[0], it), max(interval[1], it))
-                if oor[i]:
+                if oor[i] and (sum(wpn) > 1 or est.transferred):  # else the profiled curve (predict_interval)
                     warnings.append("far outside the training data (" + ", ".join(oor[i]) +
                                     "): the interval is widened; treat the figure as a rough estimate")
             if not np.isfinite(it):

@@ -809,7 +809,7 @@ class BatchCheck:
     def inside_bounds(self) -> bool:
         from srifty.features import ComputeCurve
 
-        lo, hi = ComputeCurve.from_points([(self.batch, self.ms)]).bounds(self.target_batch) or (self.ms, self.ms)
+        lo, hi = ComputeCurve.from_points([(self.batch, self.ms)]).bounds(self.target_batch)
         return lo * (1 - BATCH_BOUND_SLACK) <= self.target_ms <= hi * (1 + BATCH_BOUND_SLACK)
 
 

@@ -332,6 +332,7 @@ def test_interval_is_calibrated_on_held_out_models() -> None:
     X = pd.DataFrame(np.ones((4 * n, len(FEATURES))), columns=FEATURES)
     X["comm_to_compute"] = np.repeat([0.5, 1.0, 1.5, 2.0], n)
     X["emulated"], X["transferred"], X["sim_ms"] = 0.0, 0.0, 100.0  # profiled compute: no transfer spread
+    X["world_size"] = 2.0  # multi-worker rows (one worker is the compute curve alone: no residual interval)
     y = 100.0 * np.repeat([1.0, 1.5, 1.1, 1.3], n)
     groups = np.repeat(["a", "b", "c", "d"], n)
     plain = LatencyModel(max_iter=50, min_samples_leaf=5).fit(X, y)
@@ -612,11 +613,17 @@ def test_compute_curve_is_held_within_its_bounds_outside_the_measured_batches() 
     from srifty.features import ComputeCurve
 
     one = ComputeCurve.from_points([(32, 8.0)])
-    assert one.bounds(32) is None and one.at(64) == 16.0  # proportional: the top of its bounds
+    assert one.bounds(32) == (8.0, 8.0) and one.at(64) == 16.0  # proportional: the top of its bounds
     # a larger batch takes no less time, and no more per sample; a smaller one the reverse
     assert one.bounds(64) == (8.0, 16.0) and one.bounds(16) == (4.0, 8.0)
     two = ComputeCurve.from_points([(32, 8.0), (128, 9.0)])
-    assert two.bounds(64) is None and two.at(64) == pytest.approx(8.0 + 32 / 96)  # interpolated
+    assert two.covers(64) and two.at(64) == pytest.approx(8.0 + 32 / 96)  # interpolated
+    # between two measured batches: within both neighbours' bounds, [max(8, 9 * 64/128), min(8 * 64/32, 9)]
+    assert two.bounds(64) == (8.0, 9.0)
+    # noisy neighbours that contradict the bounds (the larger batch measured faster): the interval
+    # still takes in the interpolated time
+    noisy = ComputeCurve.from_points([(256, 6.9), (1024, 6.5)])
+    assert noisy.bounds(512) == pytest.approx((6.5, 6.9)) and not noisy.covers(4096)
     assert two.at(512) == pytest.approx(9.0 + 384 / 96)  # the last segment's line, inside [9, 36]
     assert two.bounds(512) == (9.0, 36.0) and two.bounds(8) == (2.0, 8.0)
     # a falling last segment (noise) would extrapolate below the largest batch's time: held there
@@ -656,10 +663,16 @@ def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h
         assert f"per-worker batch {large} is outside the batch {small} profiled on p5en.48xlarge" in res.stderr
         assert d["interval_ms"][0] <= measured["iteration_ms"] <= d["interval_ms"][1]
         assert d["iteration_ms"] > 1.5 * measured["iteration_ms"]  # the point estimate: proportional, far off
-        # inside the profiled batches no such warning
+        # one worker on the profiled type: the compute curve, so the interval is its bounds alone (the
+        # proportional point is their top, the time at the profiled batch their bottom), no residual's
+        assert d["interval_ms"][1] == pytest.approx(d["iteration_ms"])
+        assert d["interval_ms"][0] < measured["iteration_ms"] and "far outside the training data" not in res.stderr
+        # inside the profiled batches no such warning, and an interval within the neighbours' bounds
         res = _predict("--profile", str(h200 / model), "--config", "1xp5en.48xlarge:1", "-b", str(2 * small),
                        "--model", str(model_file), "--json")
         assert res.exit_code == 0 and "is outside the" not in res.stderr
+        d = json.loads(res.stdout.splitlines()[-1])
+        assert d["interval_ms"][1] / d["interval_ms"][0] < 2.0  # at most the 2x to the next measured batch
 
 
 def test_unknown_type_did_you_mean_real_cli(model_file: Path) -> None:
