@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +21,7 @@ EPILOG_PROFILE = """\b
 Examples:
   srifty profile examples/cnn_resnet.py --nproc 2
   srifty profile examples/transformer_lm.py --nproc 2 --batch-size 16 --out lm.json
+  srifty profile examples/cnn_resnet.py --batch-size 32,128,512 --out cnn/   # one profile per batch
   srifty profile train.py --nproc 2 -- --epochs 1 --lr 0.1   # args after -- go to the script
   srifty profile examples/cnn_resnet.py --nproc 2 --dry-run
   srifty profile --collectives --world-sizes 2 --out allreduce.json
@@ -28,7 +30,9 @@ Examples:
 The per-worker batch size from --batch-size reaches the script as the environment
 variable SRIFTY_BATCH_SIZE (and as --batch-size N with --pass-batch-arg). The script
 needs no change: srifty times DDP's forward, backward, each gradient bucket's
-allreduce and the optimizer step from outside.
+allreduce and the optimizer step from outside. Several batch sizes (--batch-size 32,128)
+run one after the other into a directory, one profile per batch, that --profile takes
+whole: predictions between them are interpolated, not extrapolated from one batch.
 """
 
 
@@ -103,7 +107,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.argument("script", required=False, type=click.Path(dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--nproc", type=int, default=1, show_default=True, help="Workers (torchrun processes) per host.")
-@click.option("--batch-size", type=int, help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE.")
+@click.option("--batch-size", "batch_sizes", help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE; "
+              "several, comma-separated, profile each into the directory --out.")
 @click.option("--pass-batch-arg", is_flag=True, help="Also append '--batch-size N' to the script's arguments.")
 @click.option("--max-seconds", type=float, default=30.0, show_default=True, help="Cap on measuring time (after start-up).")
 @click.option("--max-iterations", type=int, default=2000, show_default=True, help="Cap on measured iterations.")
@@ -127,7 +132,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--world-sizes", default="", help="With --collectives: comma-separated world sizes (default: --nproc).")
 @click.option("--max-bytes", type=int, default=64 * 1024 * 1024, show_default=True, help="With --collectives: largest message.")
 @click.option("--repeats", type=int, default=10, show_default=True, help="With --collectives: timed repeats per size.")
-@click.option("--out", "-o", type=click.Path(dir_okay=False), help="Profile file to write (default: <model>.profile.json).")
+@click.option("--out", "-o", type=click.Path(), help="Profile file to write (default: <model>.profile.json); with "
+              "several batch sizes, a directory (default: <model>/).")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON on stdout.")
 @click.option("--dry-run", is_flag=True, help="Print the commands that would run, and run nothing.")
 @click.option("--instance-types", default="", help="With --backend ec2: comma-separated EC2 types, profiled in parallel.")
@@ -148,7 +154,7 @@ def profile_cmd(
     script: str | None,
     script_args: tuple[str, ...],
     nproc: int,
-    batch_size: int | None,
+    batch_sizes: str | None,
     pass_batch_arg: bool,
     max_seconds: float,
     max_iterations: int,
@@ -185,46 +191,89 @@ def profile_cmd(
     from srifty import report
     from srifty.profiling.launcher import ProfileRequest, get_backend
 
-    args = list(script_args)
-    if pass_batch_arg and batch_size:
-        args += ["--batch-size", str(batch_size)]
+    batches = _batch_sizes(batch_sizes)
     try:
         sizes = [int(x) for x in world_sizes.split(",") if x.strip()]
     except ValueError:
         raise SriftyError(f"--world-sizes takes comma-separated integers such as 2,4 (got {world_sizes!r}).") from None
     if collectives and script:
         raise SriftyError("--collectives runs srifty's own benchmark: give no SCRIPT with it.")
-    request = ProfileRequest(
-        script=script, script_args=args, nproc=nproc, batch_size=batch_size, max_seconds=max_seconds,
-        max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
-        hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
-        instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
-        max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,
-        instance_types=[t.strip() for t in instance_types.split(",") if t.strip()], spot=spot, nodes=nodes,
-        region=region, max_cost=max_cost, s3_uri=s3_uri, ami=ami, instance_profile=instance_profile,
-        time_cap=time_cap, requirements=requirements,
-    )
+    if len(batches) > 1 and (collectives or backend == "ec2"):
+        raise SriftyError("Several --batch-size values are for training scripts on the local or emulated backend.",
+                          "Run one `srifty profile` per batch size with --backend ec2 (each launches instances).")
+
+    def request_for(batch_size: int | None) -> ProfileRequest:
+        args = list(script_args) + (["--batch-size", str(batch_size)] if pass_batch_arg and batch_size else [])
+        return ProfileRequest(
+            script=script, script_args=args, nproc=nproc, batch_size=batch_size, max_seconds=max_seconds,
+            max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
+            hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
+            instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
+            max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,
+            instance_types=[t.strip() for t in instance_types.split(",") if t.strip()], spot=spot, nodes=nodes,
+            region=region, max_cost=max_cost, s3_uri=s3_uri, ami=ami, instance_profile=instance_profile,
+            time_cap=time_cap, requirements=requirements,
+        )
+
+    requests = [request_for(b) for b in batches]
     if hosts and backend != "emulated":
         raise SriftyError("--hosts is for --backend emulated.", "Add --backend emulated, or drop --hosts.")
     chosen = get_backend(backend)
     if dry_run:
-        click.echo(chosen.dry_run(request))
+        click.echo("\n".join(chosen.dry_run(r) for r in requests))
         return
-    out = out or f"{request.model}.profile.json"
-    progress, stop = _progress_reporter(request)
-    try:
-        doc = chosen.profile(request, out, progress)
-    finally:
-        stop()
-    summary = report.profile_summary(profile_mod.Profile(doc, out))
-    if as_json:
-        click.echo(json.dumps(summary, indent=1))
+    if len(requests) == 1:
+        outs = [out or f"{requests[0].model}.profile.json"]
     else:
-        _console().print(report.render_profiles([summary]))
+        folder = Path(out or requests[0].model)
+        if folder.suffix == ".json" or (folder.exists() and not folder.is_dir()):
+            raise SriftyError(f"--out {folder}: several batch sizes write one profile each, into a directory.",
+                              f"Give a directory, e.g. --out {folder.with_suffix('')}/.")
+        label = (hosts or instance_type).replace(",", "+").replace(":", "x")
+        outs = [str(folder / f"{label}-b{r.batch_size}.json") for r in requests]
+    summaries, written = [], []
+    for request, path in zip(requests, outs):
+        if len(requests) > 1:
+            click.echo(f"batch size {request.batch_size} ({len(written) + 1} of {len(requests)}) -> {path}", err=True)
+        progress, stop = _progress_reporter(request)
+        try:
+            doc = chosen.profile(request, path, progress)
+        except SriftyError as exc:
+            if written:  # the batches already measured stay, and say so
+                exc.hint = (exc.hint or "") + f" The profiles already measured are kept: {', '.join(written)}."
+            raise
+        finally:
+            stop()
+        written.append(path)
+        summaries.append(report.profile_summary(profile_mod.Profile(doc, path)))
+    if as_json:
+        click.echo(json.dumps(summaries[0] if len(summaries) == 1 else {"schema": 1, "profiles": summaries}, indent=1))
+        return
+    _console().print(report.render_profiles(summaries))
+    for summary in summaries:
         for w in summary.get("warnings") or []:
             click.echo(f"warning: {w}", err=True)
-        if len(request.instance_types) <= 1:  # several EC2 types: the backend named each file
-            click.echo(f"profile written to {out}", err=True)
+    if len(requests) > 1:
+        click.echo(f"profiles written to {Path(outs[0]).parent}/ (one per batch size; give the directory to "
+                   "--profile)", err=True)
+    elif len(requests[0].instance_types) <= 1:  # several EC2 types: the backend named each file
+        click.echo(f"profile written to {outs[0]}", err=True)
+
+
+def _batch_sizes(text: str | None) -> list[int | None]:
+    """--batch-size: none (the script's default), one, or several comma-separated sizes."""
+    if not text:
+        return [None]
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SriftyError(f"--batch-size takes a positive integer or several, comma-separated, such as 32,128 "
+                          f"(got {text!r}).") from None
+    if not sizes or any(b < 1 for b in sizes):
+        raise SriftyError(f"--batch-size must be a positive number of samples per worker (got {text!r}).")
+    if len(set(sizes)) != len(sizes):
+        raise SriftyError(f"--batch-size lists a size twice ({text!r}).", "Give each batch size once.")
+    return list(sizes)
 
 
 def _progress_reporter(request: Any) -> tuple[Any, Any]:

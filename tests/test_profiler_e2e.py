@@ -139,12 +139,24 @@ def test_throughput_is_world_times_batch_over_iteration(cnn_profile: profile_mod
 
 
 def test_batch_size_reaches_the_script(tmp_path: Path) -> None:
-    out = tmp_path / "lm.json"
-    res = run_srifty("profile", str(EXAMPLES / "mlp_recsys.py"), *QUICK, "--batch-size", "64", "--out", str(out))
+    out = tmp_path / "mlp"
+    quick = ["--nproc", "1", "--max-seconds", "3", "--min-iterations", "8"]
+    res = run_srifty("profile", str(EXAMPLES / "mlp_recsys.py"), *quick, "--batch-size", "16,64", "--out", str(out),
+                     "--json")
     assert res.returncode == 0, res.stderr
-    doc = json.loads(out.read_text())
-    assert doc["job"]["local_batch_size"] == 64 and doc["job"]["requested_batch_size"] == 64
-    assert not doc["warnings"] or "looser" in doc["warnings"][0]
+    # several batch sizes: one profile each, in the directory, named by type and batch
+    assert sorted(p.name for p in out.iterdir()) == ["local-b16.json", "local-b64.json"]
+    assert [p["local_batch_size"] for p in json.loads(res.stdout)["profiles"]] == [16, 64]
+    for b in (16, 64):
+        doc = json.loads((out / f"local-b{b}.json").read_text())
+        assert doc["job"]["local_batch_size"] == b and doc["job"]["requested_batch_size"] == b
+        assert not doc["warnings"] or "looser" in doc["warnings"][0]
+    # the directory is one model's compute curve: a batch between them is interpolated, one beyond is flagged
+    inside = run_srifty("predict", "--profile", str(out), "--config", "1xlocal:1", "-b", "32", "--json")
+    beyond = run_srifty("predict", "--profile", str(out), "--config", "1xlocal:1", "-b", "256", "--json")
+    assert inside.returncode == 0 and beyond.returncode == 0, inside.stderr + beyond.stderr
+    assert "is outside the" not in inside.stderr
+    assert "per-worker batch 256 is outside the batches 16-64 profiled on local" in beyond.stderr
 
 
 def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
