@@ -288,9 +288,15 @@ def test_hung_worker_is_stopped(tmp_path: Path, no_orphans) -> None:
 def test_batch_that_does_not_fit_in_memory(tmp_path: Path, no_orphans) -> None:
     # the example's synthetic data set holds 4 batches per worker: 2e7 images of 3x32x32
     # float32 are 2 TB, far above this machine's memory
-    res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), *QUICK, "--batch-size", "20000000",
-                     "--out", str(tmp_path / "oom.json"))
-    _assert_clean_error(res, "out of memory", "smaller --batch-size")
+    # after a batch that fits: that profile is kept, and the error says where
+    res = run_srifty("profile", str(EXAMPLES / "cnn_resnet.py"), *QUICK, "--batch-size", "8,20000000",
+                     "--max-seconds", "3", "--out", str(tmp_path / "cnn"))
+    kept = tmp_path / "cnn" / "local-b8.json"
+    progress, _, error = res.stderr.partition("Error: ")  # one line per batch size started, then the error
+    assert progress.splitlines()[0].startswith("batch size 8 (1 of 2) -> ")
+    _assert_clean_error(subprocess.CompletedProcess(res.args, res.returncode, res.stdout, "Error: " + error),
+                        "out of memory", "smaller --batch-size", f"already measured are kept: {kept}")
+    assert json.loads(kept.read_text())["status"] == "complete"
     no_orphans(str(EXAMPLES / "cnn_resnet.py"))
 
 
