@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from srifty import __version__
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
-from srifty.features import (FEATURES, INTER_LATENCY_US, REGIME_FEATURES, RESIDUAL_FEATURES, TBF_GOODPUT,
+from srifty.features import (FEATURES, INTER_LATENCY_US, LOOSE_PROFILE_CI, REGIME_FEATURES, RESIDUAL_FEATURES, TBF_GOODPUT,
                              CollectivePoint,
                              FeatureBuilder, JobProfile, LinkScale, Run, hardware_of, run_config)
 
@@ -762,10 +762,10 @@ class Predictor:
             run = job.measured_run(config, int(b))
             world = sum(wpn)
             if run is not None:
-                m, ci = run.step_ms, job.measured_rel_ci(run)  # the run's own 95% CI when loose
+                m, ci = run.step_ms, job.measured_rel_ci(run)  # the run's own 95% CI
                 it, interval, source = m, (m * (1 - ci), m * (1 + ci)), "measured"
                 warnings = [w for w in warnings if w not in est.loose_notes]
-                if ci:
+                if ci > LOOSE_PROFILE_CI:
                     warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
             else:
                 widen = est.compute_rel_ci  # a loose profile: its uncertainty on top of the model's

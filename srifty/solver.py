@@ -222,7 +222,7 @@ class ModelOracle:
                                              rows["local_batch_size"])):
             if float(b).is_integer():
                 run = self.job.measured_run(from_placement(str(t), [int(w)] * int(n)), int(b))
-                if run is not None:  # measured: the point, and the run's own CI when loose
+                if run is not None:  # measured: the point, and the run's own CI
                     ci = self.job.measured_rel_ci(run)
                     it[i], lo[i], hi[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci)
                     source[i] = "measured"
