@@ -41,6 +41,11 @@ EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over 
 TBF_GOODPUT = 1448.0 / 1514.0
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
+# A GPU step below this share of its spec FLOPS (forward + backward = 3 x the counted forward) is
+# said to be launch-bound in warnings: on the H200 (profiles/h200, docs/gpu-check.md) cnn_resnet and
+# mlp_recsys reach 0.1-3% at every batch and hardly grow with it, transformer_lm 6% at batch 8, 20%
+# at 32 and 45% at 128, growing 1.7x from 32 to 128. A judgment for a warning, not a model input.
+LAUNCH_BOUND_PEAK_SHARE = 0.10
 LOOSE_PROFILE_CI = 0.05  # a profile whose median step time is known to worse than ±5% (95% CI) is flagged
 EFA_MIN_GBPS = 100  # EFA-capable types at >= 100 Gbps are taken to run NCCL over EFA (aws-ofi-nccl)
 HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
@@ -180,6 +185,7 @@ class JobProfile:
     sources: list[str] = field(default_factory=list)
     cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
     machine_cores: float | None = None  # emulated hosts: cores of the machine they share
+    forward_flops_per_sample: float | None = None  # counted by the profiler (torch.utils.flop_counter)
 
     @property
     def instance_types(self) -> list[str]:
@@ -287,6 +293,8 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.param_count = job.param_count or j.get("param_count")
         job.grad_bytes = job.grad_bytes or j.get("grad_bytes")
         job.precision = job.precision or j.get("precision")
+        if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:
+            job.forward_flops_per_sample = float(j["forward_flops"]) / float(j["local_batch_size"])
         job.sources.append(p.path or "(profile)")
         cl = doc["cluster"]
         itype = cl["instance_types"][0]
@@ -457,6 +465,11 @@ class Hardware:
             return "tf32"
         return "fp32"
 
+    def peak_tflops(self, precision: str | None) -> float | None:
+        """The spec sheet's TFLOPS for work in ``precision`` (:meth:`flops_kind`); None without one."""
+        kind = self.flops_kind(precision)
+        return {"fp16": self.fp16_tflops, "tf32": self.tf32_tflops}.get(kind, self.fp32_tflops)
+
     def speed_factor(self, precision: str | None) -> float | None:
         """The measured factor on this GPU's spec speed for work in ``precision`` (srifty.gpuspeed),
         None where none was fitted."""
@@ -466,8 +479,7 @@ class Hardware:
         """Relative speed for work in ``precision`` by the spec sheet: √(FLOPS × memory bandwidth),
         the FLOPS being the tensor-core figure the precision runs on (FP16/BF16/AMP, TF32) where
         the GPU has it. :func:`transfer_speeds` adds the measured factors."""
-        kind = self.flops_kind(precision)
-        flops = {"fp16": self.fp16_tflops, "tf32": self.tf32_tflops}.get(kind, self.fp32_tflops)
+        flops = self.peak_tflops(precision)
         if flops and self.mem_gbytes_per_s:
             return math.sqrt(flops * self.mem_gbytes_per_s)
         if flops:
@@ -727,6 +739,30 @@ class FeatureBuilder:
         return (f"batch {b0:g}" if b0 == b1 else f"batches {b0:g}-{b1:g}") + \
             f" profiled on {self.compute_source(instance_type)}"
 
+    def peak_share(self, instance_type: str, batch: float) -> float | None:
+        """The share of its GPU's spec FLOPS that ``instance_type``'s compute source reaches at
+        ``batch``: forward + backward taken as 3 x the forward FLOPs the profiler counted, over the
+        compute curve's time (None: no FLOP count, no curve, or no GPU spec, e.g. CPU hosts)."""
+        src = self.compute_source(instance_type)
+        fpps = self.job.forward_flops_per_sample
+        if src is None or not fpps:
+            return None
+        peak = self.hardware(src).peak_tflops(self.job.precision)
+        if not peak or self.hardware(src).emulated:
+            return None
+        return 3.0 * fpps * batch / (self.curve(src).at(batch) / 1e3) / (peak * 1e12)
+
+    def launch_bound_note(self, instance_type: str, batch: float) -> str:
+        """'' or the clause saying that the profiled step (at the profiled batch nearest ``batch``) is
+        far below its GPU's peak."""
+        b0, b1 = self.profiled_range(instance_type)
+        share = self.peak_share(instance_type, min(max(batch, b0), b1))
+        if share is None or share >= LAUNCH_BOUND_PEAK_SHARE:
+            return ""
+        return (f" (the profiled step reaches {share:.1%} of {self.compute_source(instance_type)}'s spec FLOPS: kernel "
+                "launches and the host more than the GPU's arithmetic set its time, so it changes less than a "
+                "FLOPS-based ratio or the batch says)")
+
     def batch_bounds(self, instance_type: str, batch: float) -> tuple[tuple[float, float], str | None]:
         """(least, most) compute at ``batch`` over the estimate, as ratios (ComputeCurve.bounds of
         ``instance_type``'s curve, or of the type its compute is transferred from), and the warning
@@ -740,7 +776,8 @@ class FeatureBuilder:
             return (bounds[0] / at, bounds[1] / at), None
         note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
                 f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
-                f"interval takes that in; profile at batch {batch:g} for a measured figure")
+                f"interval takes that in; profile at batch {batch:g} for a measured figure"
+                + self.launch_bound_note(instance_type, batch))
         return (bounds[0] / at, bounds[1] / at), note
 
     def compute_ms(self, instance_type: str, batch: float) -> tuple[float, bool, str | None]:
@@ -764,7 +801,8 @@ class FeatureBuilder:
         return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio"
                               + (" with measured GPU speed factors" if measured else "") + ", a rough "
                               "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
-                              f"miss); profile on {instance_type} for a measured figure")
+                              f"miss); profile on {instance_type} for a measured figure"
+                              + self.launch_bound_note(instance_type, batch))
 
     def post_ms(self, instance_type: str, batch: float) -> float:
         """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""

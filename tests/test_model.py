@@ -647,6 +647,31 @@ def test_batch_check_against_hand_arithmetic() -> None:
     assert s["pairs"] == 3 and s["inside_bounds"] == pytest.approx(2 / 3)
 
 
+def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
+    from srifty import model as m
+    from srifty.features import LAUNCH_BOUND_PEAK_SHARE, FeatureBuilder, load_job
+
+    h200 = ROOT / "profiles" / "h200"
+    doc = json.loads((h200 / "cnn_resnet" / "b32.json").read_text())
+    job = load_job(h200 / "cnn_resnet")
+    fb = FeatureBuilder(job, m.catalog_for_jobs([job]))
+    # 3 x the counted forward FLOPs over the compute curve's time, against the H200's TF32 spec
+    assert job.precision == "tf32" and fb.hardware("p5en.48xlarge").peak_tflops("tf32") == 494.5
+    want = 3 * doc["job"]["forward_flops"] / (fb.curve("p5en.48xlarge").at(32) / 1e3) / 494.5e12
+    assert fb.peak_share("p5en.48xlarge", 32) == pytest.approx(want) and want < 0.01
+    assert fb.peak_share("p4d.24xlarge", 32) == fb.peak_share("p5en.48xlarge", 32)  # the compute source's
+    _, _, note = fb.compute_ms("p4d.24xlarge", 32)
+    assert "the profiled step reaches 0.4% of p5en.48xlarge's spec FLOPS" in note
+    # transformer_lm at batch 128 is near half its FP32 peak: no such clause
+    lm = load_job(h200 / "transformer_lm")
+    fb = FeatureBuilder(lm, m.catalog_for_jobs([lm]))
+    assert fb.peak_share("p5en.48xlarge", 128) > 0.4 > LAUNCH_BOUND_PEAK_SHARE > fb.peak_share("p5en.48xlarge", 8)
+    assert fb.launch_bound_note("p4d.24xlarge", 512) == "" and fb.launch_bound_note("p4d.24xlarge", 8)
+    # a CPU profile has no GPU peak to hold it against
+    cpu = load_job(ROOT / "profiles" / "local" / "cnn_resnet.json")
+    assert FeatureBuilder(cpu, m.catalog_for_jobs([cpu])).peak_share("local", 32) is None
+
+
 def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h200_measurements(
         model_file: Path) -> None:
     # profiles/h200: the examples on one H200 at three batches each (2026-12-04). On such a GPU a
