@@ -661,6 +661,7 @@ class FeatureBuilder:
         self.link_scale = link_scale or LinkScale()
         self._hw: dict[str, Hardware] = {}
         self._curves: dict[str, ComputeCurve | None] = {}
+        self._sources: dict[str, str | None] = {}
         self._rel_ci: dict[str, float | None] = {}
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
@@ -719,11 +720,15 @@ class FeatureBuilder:
 
     def compute_source(self, instance_type: str) -> str | None:
         """The profiled type whose compute curve ``instance_type``'s compute comes from: itself when
-        profiled, else the one it is transferred from (None: neither)."""
-        if self.curve(instance_type) is not None:
-            return instance_type
-        got = self._transfer(instance_type, 1.0, self.curve)
-        return got[1] if got else None
+        profiled, else the one it is transferred from (None: neither); once per type, as the
+        choice depends on the types' speeds, not on the batch."""
+        if instance_type not in self._sources:
+            if self.curve(instance_type) is not None:
+                self._sources[instance_type] = instance_type
+            else:
+                got = self._transfer(instance_type, 1.0, self.curve)
+                self._sources[instance_type] = got[1] if got else None
+        return self._sources[instance_type]
 
     def profiled_range(self, instance_type: str) -> tuple[float, float]:
         """The least and most batch ``instance_type``'s compute was measured at ((0, 0): none)."""

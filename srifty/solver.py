@@ -137,7 +137,9 @@ def choose_objective(c: Constraints, objective: Objective | None) -> tuple[Objec
 class ThroughputOracle(Protocol):
     """Predicts homogeneous rows. ``rows`` has instance_type, workers_per_node, nodes,
     local_batch_size; the result adds iteration_ms, interval_low_ms, interval_high_ms,
-    compute_ms (per-worker compute at that batch) and source (measured|predicted|transferred)."""
+    compute_ms (per-worker compute at that batch) and source (measured|predicted|transferred),
+    and may add profiled_batch_low/high (the batches the type's compute was measured at: a mix
+    whose split leaves them gets their bounds in its interval; without them, none)."""
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame": ...
 

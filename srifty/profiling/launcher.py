@@ -373,12 +373,16 @@ class ProfilingBackend(ABC):
         request.validate()
         return self.plan(request, "<run-dir>").describe()
 
+    def preflight(self, request: ProfileRequest) -> None:
+        """Refuse, before anything starts, a run this backend's machines cannot hold (none here)."""
+
     def profile(self, request: ProfileRequest, out: str | None, progress: ProgressFn | None = None) -> dict[str, Any]:
         """Run the job and write its profile to ``out``; raise ProfilingFailed on failure.
 
         On failure the partial profile (status 'partial') is still written to ``out``.
         """
         request.validate()
+        self.preflight(request)
         run_dir = tempfile.mkdtemp(prefix="srifty-run-")
         run_id = uuid.uuid4().hex[:12]
         try:
@@ -693,10 +697,8 @@ class LocalBackend(ProfilingBackend):
 
     name = "local"
 
-    def profile(self, request: ProfileRequest, out: str | None, progress: ProgressFn | None = None) -> dict[str, Any]:
-        request.validate()
+    def preflight(self, request: ProfileRequest) -> None:
         check_gpu_count(request, local_gpu_count(request.device))
-        return super().profile(request, out, progress)
 
     def plan(self, request: ProfileRequest, run_dir: str) -> LaunchPlan:
         port = _free_port() if run_dir != "<run-dir>" else 29500
