@@ -185,7 +185,9 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
     work, report = tmp_path / "work", tmp_path / "EVAL.md"
     res = subprocess.run(
         [sys.executable, "-m", "srifty", "evaluate", str(EXAMPLES / "mlp_recsys.py"), "--batch-size", "64",
-         "--types", "emu.large,emu.net", "--max-hosts", "2", "--max-seconds", "4", "--case", "budget=0.7",
+         # a whole-core and a half-core type: hosts start sooner than configs/emulated.yaml's
+         "--spec", str(ROOT / "tests" / "data" / "emulated-fast.yaml"), "--types", "emu.whole,emu.half",
+         "--max-hosts", "2", "--max-seconds", "4", "--case", "budget=0.7",
          "--case", "min_throughput=1", "--work-dir", str(work), "--report", str(report), "--json"],
         capture_output=True, text=True, cwd=str(ROOT), timeout=900,
         env={**os.environ, "SRIFTY_PROFILE_CLUSTER": "evtest"},
@@ -193,7 +195,7 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     configs = {c["config"] for c in doc["candidates"]}
-    assert configs == {"1xemu.large", "2xemu.large", "1xemu.net", "2xemu.net", "1xemu.large+1xemu.net"}
+    assert configs == {"1xemu.whole", "2xemu.whole", "1xemu.half", "2xemu.half", "1xemu.whole+1xemu.half"}
     assert all(c["measured_samples_per_s"] > 0 for c in doc["candidates"])
     for case in doc["cases"]:
         assert case["oracle"] in configs and case["pick"] in configs
