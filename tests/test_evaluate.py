@@ -121,6 +121,14 @@ def test_report_renders_every_configuration() -> None:
     assert e.summary()["prediction_mape"] == pytest.approx((1 / 9 + 9 / 16) / 2)
     assert (e.summary()["interval_hits"], e.summary()["interval_checked"]) == (1, 2)
     assert "inside the predicted 5–95% interval for 1 of 2" in text
+    assert e.summary()["oracle_median_rel_ci"] is None and "The oracle's own figures" not in text  # no CI recorded
+    # measured 9 samples/s ± 20%: 7.5..11.25 holds the prediction 10; 16 ± 10%: 14.5..17.8 misses 25
+    cands[0].measured_rel_ci, cands[1].measured_rel_ci = 0.2, 0.1
+    assert [c.within_measurement_ci for c in cands] == [True, False]
+    s = e.summary()
+    assert s["oracle_median_rel_ci"] == pytest.approx(0.15)
+    assert (s["within_measurement_ci"], s["measurement_ci_checked"]) == (1, 2)
+    assert "whose 95% CI is ±15.0%" in ev.render_markdown(e, "srifty evaluate s.py")
 
 
 def _evaluation(cands: list[ev.Candidate]) -> ev.Evaluation:
