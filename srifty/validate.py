@@ -137,6 +137,19 @@ class ValidationReport:
                 out[split]["model"]["inside_interval"] = float(np.mean(np.concatenate([r.inside for r in rs])))
         return out
 
+    def _grad_known_rows(self, split: str) -> tuple["np.ndarray", "np.ndarray"] | None:
+        """The model's errors and the node counts over ``split``'s rows whose gradient size is
+        stated; None when the split has no such flags or every row has it stated."""
+        import numpy as np
+
+        rs = [r for r in self.results if r.split == split and r.grad_known is not None]
+        if not rs or all(r.grad_known.all() for r in rs):
+            return None
+        e = np.concatenate([r.errors["model"][r.grad_known] for r in rs])
+        n = np.concatenate([r.nodes[r.grad_known] if r.nodes is not None else np.full(int(r.grad_known.sum()), np.nan)
+                            for r in rs])
+        return e, n
+
     def pooled_grad_known(self) -> dict[str, tuple[float, int]]:
         """(model MAPE, rows) over the rows whose gradient size is stated, for the splits where
         some rows lack it (e.g. Pollux models without a sourced parameter count)."""
@@ -144,12 +157,9 @@ class ValidationReport:
 
         out = {}
         for split in dict.fromkeys(r.split for r in self.results):
-            rs = [r for r in self.results if r.split == split and r.grad_known is not None]
-            if not rs or all(r.grad_known.all() for r in rs):
-                continue
-            e = np.concatenate([r.errors["model"][r.grad_known] for r in rs])
-            if len(e):
-                out[split] = (float(np.mean(e)), int(len(e)))
+            rows = self._grad_known_rows(split)
+            if rows is not None and len(rows[0]):
+                out[split] = (float(np.mean(rows[0])), int(len(rows[0])))
         return out
 
     def grad_known_by_nodes(self) -> dict[str, tuple[tuple[float, int], tuple[float, int]]]:
@@ -159,9 +169,7 @@ class ValidationReport:
 
         out = {}
         for split in self.pooled_grad_known():
-            rs = [r for r in self.results if r.split == split and r.grad_known is not None and r.nodes is not None]
-            e = np.concatenate([r.errors["model"][r.grad_known] for r in rs]) if rs else np.array([])
-            n = np.concatenate([r.nodes[r.grad_known] for r in rs]) if rs else np.array([])
+            e, n = self._grad_known_rows(split)
             one, many = e[n == 1], e[n > 1]
             if len(one) and len(many):
                 out[split] = ((float(np.mean(one)), len(one)), (float(np.mean(many)), len(many)))
