@@ -663,6 +663,7 @@ class FeatureBuilder:
         self._curves: dict[str, ComputeCurve | None] = {}
         self._sources: dict[str, str | None] = {}
         self._rel_ci: dict[str, float | None] = {}
+        self._estimates: dict[tuple[str, float], RowEstimate] = {}
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
     def hardware(self, name: str) -> Hardware:
@@ -916,17 +917,21 @@ class FeatureBuilder:
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
                            (batch_low, batch_high))
 
+    def row_estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
+        """:meth:`estimate`, once per distinct (configuration, batch) for this builder (its profile,
+        catalog and link figures are fixed, so the estimate is too)."""
+        key = (config.format(), float(local_batch_size))
+        if key not in self._estimates:
+            self._estimates[key] = self.estimate(config, local_batch_size)
+        return self._estimates[key]
+
     def frame(self, rows: Sequence[tuple[ClusterConfig, float]]) -> "pd.DataFrame":
         """Feature table (plus sim_ms, compute_ms, transferred) for many rows, each distinct row once."""
         import pandas as pd
 
-        cache: dict[tuple[str, float], RowEstimate] = {}
         out = []
         for config, b in rows:
-            key = (config.format(), float(b))
-            if key not in cache:
-                cache[key] = self.estimate(config, b)
-            est = cache[key]
+            est = self.row_estimate(config, b)
             out.append({**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
                         "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1]})
         return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high"])

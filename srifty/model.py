@@ -756,7 +756,7 @@ class Predictor:
         oor = self.latency.out_of_range(X)
         out = []
         for i, (config, b) in enumerate(rows):
-            est = fb.estimate(config, b)
+            est = fb.row_estimate(config, b)  # already estimated for the frame above
             warnings = list(est.notes)
             wpn = config.workers_per_node()
             run = job.measured_run(config, int(b))
