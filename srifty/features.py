@@ -592,6 +592,18 @@ class LinkScale:
     # the share of the step it computes). Fitted on the emulated multi-host training runs
     # (CommModel); 0 = overlap is free. See docs/latency-model.md.
     emulated_overlap_slowdown: float = 0.0
+    # PCIe efficiency of a ring that stays inside one node (None: ``intra_efficiency``). Fitted
+    # on the runs of one node alone (CommModel): in a ring across nodes the fitted PCIe figure
+    # stands for the whole GPU-to-GPU path through the NICs, which is slower than a peer-to-peer
+    # copy within a node, so one figure for both put single-node allreduces about 4x too slow.
+    node_intra_efficiency: float | None = None
+
+    def within_node(self, raw: Hardware, scaled: Hardware) -> Link:
+        """The intra-node link of a ring on one node of ``raw`` (catalog figures; ``scaled`` is
+        ``apply(raw)``): the single-node PCIe efficiency where one is fitted, else ``scaled.intra``."""
+        if self.node_intra_efficiency is None or raw.emulated or raw.intra_kind != "pcie":
+            return scaled.intra
+        return Link(raw.intra.gbytes_per_s * self.node_intra_efficiency, scaled.intra.latency_us)
 
     def emulated_goodput_at(self, mbit: float) -> float:
         """Goodput of an emulated link configured at ``mbit`` (see ``emulated_goodput_by_mbit``)."""
@@ -865,6 +877,8 @@ class FeatureBuilder:
         post = step_alone - compute
         intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
+        if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
+            intra = self.link_scale.within_node(hardware_of(self.catalog, config.groups[0].instance_type), hws[0])
         if all(h.emulated for h in hws) and max(wpn_all) == 1:
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)

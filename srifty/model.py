@@ -299,6 +299,7 @@ class CommModel:
         if not pairs:
             self.link_scale_, self.score_, self.n_rows_ = LinkScale(**emu), None, 0
             return self
+        one_node = [(j, r) for j, r in pairs if r.nodes == 1]
         rng = np.random.default_rng(0)
         if len(pairs) > self.max_rows:
             pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), self.max_rows, replace=False))]
@@ -315,9 +316,30 @@ class CommModel:
                     if best is None or err < best[0]:
                         best = (err, scale)
         self.score_, scale = best
-        self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu)
+        self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu,
+                                     node_intra_efficiency=self._fit_node_intra(one_node, catalog, scale))
         self.n_rows_ = len(pairs)
         return self
+
+    def _fit_node_intra(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",
+                        scale: LinkScale) -> float | None:
+        """PCIe efficiency of rings within one node (LinkScale.node_intra_efficiency): the grid
+        value whose simulation of the single-node multi-worker runs has the least median
+        absolute log error, the other figures fixed. None without such runs."""
+        import numpy as np
+
+        if not pairs:
+            return None
+        y = np.array([r.step_ms for _, r in pairs])
+        best = None
+        for eff in self.intra_grid:
+            ls = replace(scale, node_intra_efficiency=eff)
+            builders = {j.model: FeatureBuilder(j, catalog, ls) for j, _ in pairs}
+            sim = np.array([builders[j.model].estimate(run_config(r), r.local_batch_size).sim_ms for j, r in pairs])
+            err = float(np.median(np.abs(np.log(sim / y))))
+            if best is None or err < best[0]:
+                best = (err, eff)
+        return best[1]
 
     def _fit_overlap_slowdown(self, jobs: Sequence[JobProfile], catalog: "Catalog", scale: LinkScale) -> float:
         """How much slower backward runs on emulated hosts while an allreduce is in flight, per

@@ -521,6 +521,41 @@ def test_a_model_without_its_gradient_size_gets_a_wide_interval_that_covers(poll
     assert any("gradient size unknown" in n for n in est.notes)
 
 
+def test_rings_within_one_node_get_their_own_pcie_figure(pollux_jobs: list[Any], emu_catalog: Any) -> None:
+    import dataclasses
+
+    from srifty.catalog import Catalog
+    from srifty.features import FeatureBuilder, hardware_of, run_config
+    from srifty.model import CommModel
+
+    cat = Catalog.default()
+    stated = [j for j in pollux_jobs if j.grad_bytes or j.param_count]
+    scale = CommModel(max_rows=150).fit(stated, cat).link_scale_
+    assert scale.node_intra_efficiency is not None
+    joint = dataclasses.replace(scale, node_intra_efficiency=None)
+
+    def log_error(ls: Any, keep: Any) -> "np.ndarray":
+        out = []
+        for j in stated:
+            fb = FeatureBuilder(j, cat, ls)
+            out += [np.log(fb.estimate(run_config(r), r.local_batch_size).sim_ms / r.step_ms)
+                    for r in j.runs if r.world_size > 1 and keep(r)]
+        return np.array(out)
+
+    one_node = lambda r: r.nodes == 1  # noqa: E731
+    # the measured single-node runs are simulated closer with their own figure than with the joint one
+    assert len(log_error(scale, one_node)) > 10
+    assert np.median(np.abs(log_error(scale, one_node))) < np.median(np.abs(log_error(joint, one_node)))
+    # and rings across nodes are untouched by it
+    np.testing.assert_allclose(log_error(scale, lambda r: r.nodes > 1), log_error(joint, lambda r: r.nodes > 1))
+    # the figure applies to PCIe only: an emulated host keeps its scaled link
+    raw = hardware_of(emu_catalog, "emu.medium")
+    assert scale.within_node(raw, scale.apply(raw)) == scale.apply(raw).intra
+    # without single-node runs to fit it on, there is none
+    multi_only = [j.restricted(lambda r: r.nodes > 1 or r.world_size == 1) for j in stated]
+    assert CommModel(max_rows=150).fit(multi_only, cat).link_scale_.node_intra_efficiency is None
+
+
 @pytest.fixture(scope="module")
 def model_file(pollux_jobs: list[Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     from srifty import model as m
