@@ -338,13 +338,14 @@ class Evaluation:
         from srifty import stats
 
         noise, in_ci, with_ci = self.measurement_noise()
+        hits, checked = self.interval_hits()
         return {
             "configurations": len(self.candidates),
             "measured": sum(1 for c in self.candidates if c.measured_samples_per_s),
             "prediction_mape": sum(errs) / len(errs) if errs else None,
             "prediction_median_ape": stats.median(errs) if errs else None,
             "prediction_max_ape": max(errs) if errs else None,
-            "interval_hits": self.interval_hits()[0], "interval_checked": self.interval_hits()[1],
+            "interval_hits": hits, "interval_checked": checked,
             "oracle_median_rel_ci": noise, "within_measurement_ci": in_ci, "measurement_ci_checked": with_ci,
             "profiling_seconds": self.profiling_seconds,
             "oracle_seconds": self.oracle_seconds,

@@ -795,7 +795,8 @@ class FeatureBuilder:
         note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
                 f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
                 f"interval takes that in; profile at batch {batch:g} for a measured figure"
-                + self.launch_bound_note(instance_type, batch))
+                # a transferred type's compute note already carries the launch-bound clause
+                + (self.launch_bound_note(instance_type, batch) if src == instance_type else ""))
         return (bounds[0] / at, bounds[1] / at), note
 
     def compute_ms(self, instance_type: str, batch: float) -> tuple[float, bool, str | None]:

@@ -697,6 +697,13 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     assert fb.peak_share("p4d.24xlarge", 32) == fb.peak_share("p5en.48xlarge", 32)  # the compute source's
     _, _, note = fb.compute_ms("p4d.24xlarge", 32)
     assert "the profiled step reaches 0.4% of p5en.48xlarge's spec FLOPS" in note
+    # outside the profiled batches the clause is said once, in the transfer note, not again in the batch one
+    from srifty.configspec import parse_config
+
+    est = fb.estimate(parse_config("1xp4d.24xlarge:1").resolved(m.catalog_for_jobs([job])), 8)
+    assert sum("spec FLOPS" in n for n in est.notes) == 1 and any("outside the" in n for n in est.notes)
+    (_, _), own = fb.batch_bounds("p5en.48xlarge", 8)
+    assert "spec FLOPS" in own  # the profiled type's own batch note keeps it
     # transformer_lm at batch 128 is near half its FP32 peak: no such clause
     lm = load_job(h200 / "transformer_lm")
     fb = FeatureBuilder(lm, m.catalog_for_jobs([lm]))
