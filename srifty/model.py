@@ -249,6 +249,14 @@ def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tu
     return tuple(out)
 
 
+def simulated_ms(pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog", scale: LinkScale) -> "np.ndarray":
+    """The simulator's iteration time of each (job, run) with the link figures ``scale``."""
+    import numpy as np
+
+    builders = {j.model: FeatureBuilder(j, catalog, scale) for j, _ in pairs}
+    return np.array([builders[j.model].estimate(run_config(r), r.local_batch_size).sim_ms for j, r in pairs])
+
+
 @dataclass
 class CommModel:
     """Achieved link efficiency: fitted on measured multi-worker runs of real clusters (a grid
@@ -309,10 +317,7 @@ class CommModel:
             for intra in self.intra_grid:
                 for lat in self.latency_grid:
                     scale = LinkScale(inter, intra, lat)
-                    builders = {j.model: FeatureBuilder(j, catalog, scale) for j in known}
-                    sim = np.array([builders[j.model].estimate(run_config(r), r.local_batch_size).sim_ms
-                                    for j, r in pairs])
-                    err = float(np.median(np.abs(np.log(sim / y))))
+                    err = float(np.median(np.abs(np.log(simulated_ms(pairs, catalog, scale) / y))))
                     if best is None or err < best[0]:
                         best = (err, scale)
         self.score_, scale = best
@@ -333,9 +338,7 @@ class CommModel:
         y = np.array([r.step_ms for _, r in pairs])
         best = None
         for eff in self.intra_grid:
-            ls = replace(scale, node_intra_efficiency=eff)
-            builders = {j.model: FeatureBuilder(j, catalog, ls) for j, _ in pairs}
-            sim = np.array([builders[j.model].estimate(run_config(r), r.local_batch_size).sim_ms for j, r in pairs])
+            sim = simulated_ms(pairs, catalog, replace(scale, node_intra_efficiency=eff))
             err = float(np.median(np.abs(np.log(sim / y))))
             if best is None or err < best[0]:
                 best = (err, eff)
@@ -359,10 +362,7 @@ class CommModel:
         y = np.array([r.step_ms for _, r in pairs])
         best = None
         for s in self.overlap_grid:
-            ls = replace(scale, emulated_overlap_slowdown=s)
-            builders = {j.model: FeatureBuilder(j, catalog, ls) for j, _ in pairs}
-            r = np.log(y / np.array([builders[j.model].estimate(run_config(run), run.local_batch_size).sim_ms
-                                     for j, run in pairs]))
+            r = np.log(y / simulated_ms(pairs, catalog, replace(scale, emulated_overlap_slowdown=s)))
             spread = float(np.mean(np.abs(r - np.median(r))))
             if best is None or spread < best[0] - 1e-9:
                 best = (spread, s)
