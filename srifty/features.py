@@ -672,6 +672,7 @@ class FeatureBuilder:
         self.catalog = catalog
         self.link_scale = link_scale or LinkScale()
         self._hw: dict[str, Hardware] = {}
+        self._node_intra: dict[str, Link] = {}
         self._curves: dict[str, ComputeCurve | None] = {}
         self._sources: dict[str, str | None] = {}
         self._rel_ci: dict[str, float | None] = {}
@@ -682,6 +683,12 @@ class FeatureBuilder:
         if name not in self._hw:
             self._hw[name] = self.link_scale.apply(hardware_of(self.catalog, name))
         return self._hw[name]
+
+    def node_intra(self, name: str) -> Link:
+        """The intra-node link of a ring that stays on one node of ``name`` (LinkScale.within_node)."""
+        if name not in self._node_intra:
+            self._node_intra[name] = self.link_scale.within_node(hardware_of(self.catalog, name), self.hardware(name))
+        return self._node_intra[name]
 
     def curve(self, name: str) -> ComputeCurve | None:
         if name not in self._curves:
@@ -879,7 +886,7 @@ class FeatureBuilder:
         intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
-            intra = self.link_scale.within_node(hardware_of(self.catalog, config.groups[0].instance_type), hws[0])
+            intra = self.node_intra(config.groups[0].instance_type)
         if all(h.emulated for h in hws) and max(wpn_all) == 1:
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)

@@ -525,8 +525,8 @@ def test_rings_within_one_node_get_their_own_pcie_figure(pollux_jobs: list[Any],
     import dataclasses
 
     from srifty.catalog import Catalog
-    from srifty.features import FeatureBuilder, hardware_of, run_config
-    from srifty.model import CommModel
+    from srifty.features import hardware_of
+    from srifty.model import CommModel, simulated_ms
 
     cat = Catalog.default()
     stated = [j for j in pollux_jobs if j.grad_bytes or j.param_count]
@@ -535,12 +535,8 @@ def test_rings_within_one_node_get_their_own_pcie_figure(pollux_jobs: list[Any],
     joint = dataclasses.replace(scale, node_intra_efficiency=None)
 
     def log_error(ls: Any, keep: Any) -> "np.ndarray":
-        out = []
-        for j in stated:
-            fb = FeatureBuilder(j, cat, ls)
-            out += [np.log(fb.estimate(run_config(r), r.local_batch_size).sim_ms / r.step_ms)
-                    for r in j.runs if r.world_size > 1 and keep(r)]
-        return np.array(out)
+        pairs = [(j, r) for j in stated for r in j.runs if r.world_size > 1 and keep(r)]
+        return np.log(simulated_ms(pairs, cat, ls) / np.array([r.step_ms for _, r in pairs]))
 
     one_node = lambda r: r.nodes == 1  # noqa: E731
     # the measured single-node runs are simulated closer with their own figure than with the joint one
