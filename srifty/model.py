@@ -435,7 +435,13 @@ class LatencyModel:
 
     def _fit_trend(self, A: "np.ndarray", r: "np.ndarray") -> tuple[float, float]:
         """A robust line through the residual against log(nodes) (HuberRegressor; (0, 0) when
-        every row has one node count, so that there is no slope to learn)."""
+        every row has one node count, so that there is no slope to learn).
+
+        The slope is never negative: the simulator already carries how the allreduce scales
+        with the cluster, and what a larger cluster adds beyond it (contention in the shared
+        network, more stragglers to wait for) only slows a step. A falling line through clusters
+        of a few nodes (the traces' 2-node rows are their slowest) would predict a larger cluster
+        faster than its own ring; a flat one (the residual's robust centre) is kept instead."""
         import numpy as np
         from sklearn.linear_model import HuberRegressor
 
@@ -443,6 +449,9 @@ class LatencyModel:
         if np.ptp(x) == 0:
             return 0.0, 0.0
         line = HuberRegressor(alpha=TREND_ALPHA).fit(x[:, None], r)
+        if line.coef_[0] < 0:
+            flat = HuberRegressor(alpha=0.0, fit_intercept=False).fit(np.ones((len(r), 1)), r)
+            return float(flat.coef_[0]), 0.0
         return float(line.intercept_), float(line.coef_[0])
 
     def _trend(self, A: "np.ndarray", trend: tuple[float, float]) -> "np.ndarray":

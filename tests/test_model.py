@@ -776,7 +776,7 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
         again.latency.parts_["real"].multi_worker_slowdown)
     assert pred.latency.parts_["real"].multi_worker_slowdown is not None
     assert pred.latency.parts_["real"].trend == pytest.approx(again.latency.parts_["real"].trend)
-    assert pred.latency.parts_["real"].trend[1] != 0.0  # Pollux runs span 1 to 16 nodes
+    assert pred.latency.parts_["real"].trend != (0.0, 0.0)  # Pollux runs span 1 to 16 nodes: a line was fitted
     assert pred.latency.parts_["real"].shrink == again.latency.parts_["real"].shrink
     evil = tmp_path / "evil.skops"
     sio.dump({"format": "srifty-latency-model", "x": Path("/etc/passwd")}, str(evil))
@@ -1107,6 +1107,38 @@ def test_residual_trend_in_node_count_extrapolates_beyond_the_largest_cluster_se
     assert b == pytest.approx(0.08 / np.log(2.0), rel=0.15)
     assert got[0] == pytest.approx(law(16.0), abs=0.03) and got[0] > law(4.0) + 0.1
     assert got[1] == pytest.approx(law(2.0), abs=0.01)
+
+
+def test_residual_trend_never_predicts_a_larger_cluster_faster_than_its_ring() -> None:
+    import pandas as pd
+
+    from srifty.features import FEATURES
+    from srifty.model import LatencyModel
+
+    # residuals that fall with the node count (2-node rows the slowest, as in the Pollux traces):
+    # a line through them would put 16 nodes below anything seen; the trend stays flat instead
+    nodes = np.tile([1.0, 2.0, 3.0, 4.0], 40)
+    X = pd.DataFrame(np.ones((len(nodes), len(FEATURES))), columns=FEATURES)
+    X["emulated"], X["transferred"], X["sim_ms"], X["nodes"] = 0.0, 0.0, 100.0, nodes
+    r = np.select([nodes == 1.0, nodes == 2.0], [0.10, 0.30], 0.05)
+    lm = LatencyModel(max_iter=100, min_samples_leaf=5).fit(X, 100.0 * np.exp(r))
+    a, b = lm.parts_["real"].trend
+    assert b == 0.0 and 0.05 <= a <= 0.10  # the residual's robust centre (the 3- and 4-node half of the rows)
+    big = X.iloc[:1].copy()
+    big["nodes"] = [16.0]
+    assert np.log(lm.predict(big)[0] / 100.0) == pytest.approx(0.05, abs=0.01)  # the 4-node value, not below
+
+
+def test_bucket_layout_without_a_profile_ends_in_a_half_cap_bucket() -> None:
+    mib, cap = 2**20, simulate.DEFAULT_BUCKET_CAP_BYTES
+    # 60 MiB: the 1 MiB first bucket, full buckets, and the last (first layers) at half the cap
+    assert simulate.bucket_layout(60 * mib) == pytest.approx([mib, cap, 60 * mib - mib - cap - cap / 2, cap / 2])
+    assert simulate.bucket_layout(8 * mib) == pytest.approx([mib, 7 * mib])  # less than half a cap left: all of it
+    assert simulate.bucket_layout(0.5 * mib) == pytest.approx([0.5 * mib])
+    for size in (3e6, 44.7e6, 102.2e6, 1.3e9):
+        layout = simulate.bucket_layout(size)
+        assert sum(layout) == pytest.approx(size) and max(layout) <= cap
+        assert layout[-1] == pytest.approx(min(size - mib, cap / 2))
 
 
 def test_accuracy_page_names_the_folds_and_the_pooled_splits_a_baseline_wins() -> None:
