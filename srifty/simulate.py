@@ -13,9 +13,9 @@ microseconds for link latency.
   and tree paths get close to it there (nccl-tests on p4d/p4de/p5), while PCIe nodes with one
   NIC (the Pollux g4dn traces) and gloo (emulated hosts) run the flat ring for DDP's buckets.
 - iteration: forward, then backward during which DDP buckets become ready (the profile's
-  buckets and ready times when known, else :func:`bucket_layout` and a uniform split); each bucket's allreduce starts when it is
-  ready and the previous one finished; the step ends when both backward and the last
-  allreduce are done.
+  buckets and ready times when known, else :func:`bucket_layout` and a uniform split); each
+  bucket's allreduce starts when it is ready and the previous one finished; the step ends when
+  both backward and the last allreduce are done.
 """
 
 from __future__ import annotations
