@@ -64,6 +64,17 @@ GRADIENT_UNKNOWN_NOTE = ("gradient size unknown: communication not simulated, so
                          "the interval spans the slowdowns the training corpus's multi-worker runs showed; give "
                          "param_count or grad_bytes when importing (srifty profile records them)")
 
+
+
+def gradient_estimated_note(grad_bytes: float) -> str:
+    """Said of a multi-worker estimate for a job whose gradient size srifty inferred from its
+    single-node sync times (FeatureBuilder._resolve_grad_bytes) instead of reading it."""
+    return (f"gradient size estimated from the profile's single-node sync times ({grad_bytes / 1e6:.3g} MB), not "
+            "stated: communication is simulated on that guess, and models known this way were predicted far less "
+            "accurately when held out (docs/ACCURACY.md, Pollux deepspeech2 and ncf); give param_count or grad_bytes "
+            "when importing (srifty profile records them)")
+
+
 # What the residual model reads: scale-free, model-agnostic quantities only. Absolute sizes
 # (gradient MB, ms per sample, batch) identify the few training models and do not transfer.
 RESIDUAL_FEATURES = [
@@ -903,6 +914,8 @@ class FeatureBuilder:
                                                   self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
                                                   if all(h.emulated for h in hws) else 0.0),
                                               hierarchical=all(h.hierarchical_allreduce for h in hws))
+            if self.grad_bytes_estimated and sum(wpn_all) > 1:
+                notes.append(gradient_estimated_note(gb))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             if sum(wpn_all) > 1:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
-from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, loose_profile_note
+from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
 from srifty.model import MODEL_CODE, LatencyModel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,6 +220,11 @@ class ModelOracle:
                 self.notes.append(note)
         if LatencyModel.communication_unknown(X).any() and GRADIENT_UNKNOWN_NOTE not in self.notes:
             self.notes.append(GRADIENT_UNKNOWN_NOTE)
+        estimated = (X["grad_bytes_estimated"].to_numpy(dtype=float) == 1.0) & (X["world_size"].to_numpy(dtype=float) > 1)
+        if estimated.any() and self.builder.grad_bytes:
+            note = gradient_estimated_note(self.builder.grad_bytes)
+            if note not in self.notes:
+                self.notes.append(note)
         for i, (t, w, n, b) in enumerate(zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
                                              rows["local_batch_size"])):
             if float(b).is_integer():

@@ -55,8 +55,14 @@ def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) 
 
     cat = Catalog.default()
     config = parse_config("2xg4dn.12xlarge").resolved(cat)
-    assert not any("gradient size unknown" in n
-                   for n in FeatureBuilder(load_job(tmp_path / "out/m3"), cat).estimate(config, 16).notes)
+    m3 = FeatureBuilder(load_job(tmp_path / "out/m3"), cat)
+    notes = m3.estimate(config, 16).notes
+    assert not any("gradient size unknown" in n for n in notes)
+    # ... and the estimate says that it rests on that inference, with the size it inferred
+    assert m3.grad_bytes_estimated and f"single-node sync times ({m3.grad_bytes / 1e6:.3g} MB)" in " ".join(notes)
+    assert not any("sync times" in n for n in m3.estimate(parse_config("1xg4dn.12xlarge:1").resolved(cat), 16).notes)
+    assert not any("sync times" in n
+                   for n in FeatureBuilder(load_job(tmp_path / "out/m1"), cat).estimate(config, 32).notes)
     assert any("gradient size unknown" in n
                for n in FeatureBuilder(load_job(tmp_path / "out/m2"), cat).estimate(
                    parse_config("2xp3.8xlarge").resolved(cat), 16).notes)
@@ -68,6 +74,11 @@ def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) 
                      "--instance-types", "p3.*", "--max-nodes", "2", "--json", timeout=120)
     assert res.returncode == 0, res.stderr
     assert any(n.startswith("gradient size unknown") for n in json.loads(res.stdout)["notes"])
+    res = run_srifty("recommend", "--profile", str(tmp_path / "o/m3"), "--model", "simulator",
+                     "--instance-types", "g4dn.12xlarge", "--max-nodes", "2", "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert any(n.startswith("gradient size estimated from the profile's single-node sync times")
+               for n in json.loads(res.stdout)["notes"])
 
 
 def test_bad_rows_listed_with_line_numbers(tmp_path: Path) -> None:
