@@ -6,7 +6,10 @@ microseconds for link latency.
 - ring allreduce of S bytes over p workers: each worker sends and receives 2(p−1)/p·S bytes
   in 2(p−1) steps: T = 2(p−1)/p · S/B + 2(p−1)·α.
 - across nodes the ring crosses every node's NIC once each way, so B is the slowest link on
-  the ring (inter-node NIC or intra-node path) and α the largest latency.
+  the ring (inter-node NIC or intra-node path). Latency as NCCL's own tuning model counts it
+  (``ncclTopoTuneModel``, src/graph/tuning.cc): of the 2(p−1) steps, 2n cross the network at
+  the inter-node α and the rest stay in a node at the intra-node α (one worker per node: every
+  step is an inter-node one).
 - hierarchical (equal workers per node g, n nodes): intra reduce-scatter, inter allreduce of
   the node's shard on every rail (the NIC carries 2(n−1)/n·S in all), intra all-gather. Only
   where the node has an NVLink/NVSwitch fabric (``hierarchical=True``): NCCL's multi-rail
@@ -65,6 +68,19 @@ def hierarchical_allreduce_ms(nbytes: float, nodes: int, per_node: int, intra: L
     return t
 
 
+def flat_ring_allreduce_ms(nbytes: float, nodes: int, world: int, intra: Link, inter: Link) -> float:
+    """Ring allreduce of ``world`` workers over ``nodes`` nodes: the slowest link's bandwidth,
+    and 2·nodes of the 2(world−1) steps at the inter-node latency, the others at the intra-node
+    one (NCCL's ring latency model)."""
+    if world <= 1 or nbytes <= 0:
+        return 0.0
+    steps = 2 * (world - 1)
+    inter_steps = min(2 * nodes, steps) if nodes > 1 else 0
+    bandwidth = min(intra.gbytes_per_s, inter.gbytes_per_s) if nodes > 1 else intra.gbytes_per_s
+    return (2 * (world - 1) / world * nbytes / (bandwidth * 1e9) * 1e3
+            + (inter_steps * inter.latency_us + (steps - inter_steps) * intra.latency_us) / 1e3)
+
+
 def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, inter: Link,
                  hierarchical: bool = True) -> float:
     """Allreduce time for a placement (workers on each node): the flat ring, or the best of it
@@ -75,8 +91,7 @@ def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, in
         return 0.0
     if n == 1:
         return ring_allreduce_ms(nbytes, p, intra)
-    bottleneck = Link(min(intra.gbytes_per_s, inter.gbytes_per_s), max(intra.latency_us, inter.latency_us))
-    best = ring_allreduce_ms(nbytes, p, bottleneck)
+    best = flat_ring_allreduce_ms(nbytes, n, p, intra, inter)
     if hierarchical and len(set(wpn)) == 1:
         best = min(best, hierarchical_allreduce_ms(nbytes, n, wpn[0], intra, inter))
     return best

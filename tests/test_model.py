@@ -29,13 +29,19 @@ def test_ring_allreduce_hand_arithmetic() -> None:
     assert simulate.ring_allreduce_ms(100e6, 4, link) == pytest.approx(150.0 + 0.6)
     assert simulate.ring_allreduce_ms(100e6, 1, link) == 0.0
     intra, inter = Link(10.0, 10.0), Link(1.0, 100.0)
-    # two nodes x 2: flat ring over the slowest link vs hierarchical; the best is kept
-    flat = 2 * 3 / 4 * 100.0 + 2 * 3 * 0.1
+    # two nodes x 2: flat ring over the slowest link (of its 6 steps, 2 x 2 cross the network at
+    # 0.1 ms, 2 stay in a node at 0.01 ms: NCCL's ring latency) vs hierarchical; the best is kept
+    flat = 2 * 3 / 4 * 100.0 + 4 * 0.1 + 2 * 0.01
     hier = 2 * (1 / 2 * 10.0 + 0.01) + 2 * 1 / 2 * 100.0 + 2 * 0.1
     assert simulate.allreduce_ms(100e6, [2, 2], intra, inter) == pytest.approx(min(flat, hier))
     assert simulate.allreduce_ms(100e6, [4], intra, inter) == pytest.approx(2 * 3 / 4 * 10.0 + 6 * 0.01)
     # without the hierarchical form (PCIe nodes, gloo): the flat ring even where it is slower
     assert hier < flat and simulate.allreduce_ms(100e6, [2, 2], intra, inter, hierarchical=False) == pytest.approx(flat)
+    # one worker per node: every step crosses the network
+    assert simulate.allreduce_ms(100e6, [1, 1, 1], intra, inter) == pytest.approx(2 * 2 / 3 * 100.0 + 4 * 0.1)
+    # 16 nodes x 4: 32 of the 126 steps at the network's latency, 94 inside a node
+    assert simulate.allreduce_ms(1.0, [4] * 16, intra, Link(1.0, 100.0), hierarchical=False) == pytest.approx(
+        2 * 63 / 64 * 1e-6 + 32 * 0.1 + 94 * 0.01)
 
 
 def test_only_nvlink_nodes_get_the_hierarchical_allreduce() -> None:
