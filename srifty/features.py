@@ -65,7 +65,6 @@ GRADIENT_UNKNOWN_NOTE = ("gradient size unknown: communication not simulated, so
                          "param_count or grad_bytes when importing (srifty profile records them)")
 
 
-
 def gradient_estimated_note(grad_bytes: float) -> str:
     """Said of a multi-worker estimate for a job whose gradient size srifty inferred from its
     single-node sync times (FeatureBuilder._resolve_grad_bytes) instead of reading it."""

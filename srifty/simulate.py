@@ -76,8 +76,8 @@ def flat_ring_allreduce_ms(nbytes: float, nodes: int, world: int, intra: Link, i
         return 0.0
     steps = 2 * (world - 1)
     inter_steps = min(2 * nodes, steps) if nodes > 1 else 0
-    bandwidth = min(intra.gbytes_per_s, inter.gbytes_per_s) if nodes > 1 else intra.gbytes_per_s
-    return (2 * (world - 1) / world * nbytes / (bandwidth * 1e9) * 1e3
+    slowest = Link(min(intra.gbytes_per_s, inter.gbytes_per_s) if nodes > 1 else intra.gbytes_per_s, 0.0)
+    return (steps / world * _transfer_ms(nbytes, slowest)
             + (inter_steps * inter.latency_us + (steps - inter_steps) * intra.latency_us) / 1e3)
 
 
