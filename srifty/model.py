@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import platform
 from dataclasses import asdict, dataclass, field, replace
@@ -257,6 +258,14 @@ def simulated_ms(pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog", sc
     return np.array([builders[j.model].estimate(run_config(r), r.local_batch_size).sim_ms for j, r in pairs])
 
 
+def median_log_error(pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog", scale: LinkScale) -> float:
+    """Median |log(simulated / measured)| of the runs' step times with the link figures ``scale``."""
+    import numpy as np
+
+    y = np.array([r.step_ms for _, r in pairs])
+    return float(np.median(np.abs(np.log(simulated_ms(pairs, catalog, scale) / y))))
+
+
 @dataclass
 class CommModel:
     """Achieved link efficiency: fitted on measured multi-worker runs of real clusters (a grid
@@ -311,16 +320,9 @@ class CommModel:
         rng = np.random.default_rng(0)
         if len(pairs) > self.max_rows:
             pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), self.max_rows, replace=False))]
-        y = np.array([r.step_ms for _, r in pairs])
-        best = None
-        for inter in self.inter_grid:
-            for intra in self.intra_grid:
-                for lat in self.latency_grid:
-                    scale = LinkScale(inter, intra, lat)
-                    err = float(np.median(np.abs(np.log(simulated_ms(pairs, catalog, scale) / y))))
-                    if best is None or err < best[0]:
-                        best = (err, scale)
-        self.score_, scale = best
+        grid = (LinkScale(*figures) for figures in itertools.product(self.inter_grid, self.intra_grid,
+                                                                     self.latency_grid))
+        self.score_, scale = min(((median_log_error(pairs, catalog, s), s) for s in grid), key=lambda t: t[0])
         self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu,
                                      node_intra_efficiency=self._fit_node_intra(one_node, catalog, scale))
         self.n_rows_ = len(pairs)
@@ -331,18 +333,10 @@ class CommModel:
         """PCIe efficiency of rings within one node (LinkScale.node_intra_efficiency): the grid
         value whose simulation of the single-node multi-worker runs has the least median
         absolute log error, the other figures fixed. None without such runs."""
-        import numpy as np
-
         if not pairs:
             return None
-        y = np.array([r.step_ms for _, r in pairs])
-        best = None
-        for eff in self.intra_grid:
-            sim = simulated_ms(pairs, catalog, replace(scale, node_intra_efficiency=eff))
-            err = float(np.median(np.abs(np.log(sim / y))))
-            if best is None or err < best[0]:
-                best = (err, eff)
-        return best[1]
+        return min(self.intra_grid,
+                   key=lambda eff: median_log_error(pairs, catalog, replace(scale, node_intra_efficiency=eff)))
 
     def _fit_overlap_slowdown(self, jobs: Sequence[JobProfile], catalog: "Catalog", scale: LinkScale) -> float:
         """How much slower backward runs on emulated hosts while an allreduce is in flight, per

@@ -49,10 +49,7 @@ def _transfer_ms(nbytes: float, link: Link) -> float:
 
 def ring_allreduce_ms(nbytes: float, world: int, link: Link) -> float:
     """Ring allreduce time of ``nbytes`` over ``world`` workers on one kind of link."""
-    if world <= 1 or nbytes <= 0:
-        return 0.0
-    p = world
-    return 2 * (p - 1) / p * _transfer_ms(nbytes, link) + 2 * (p - 1) * link.latency_us / 1e3
+    return flat_ring_allreduce_ms(nbytes, 1, world, link, link)
 
 
 def hierarchical_allreduce_ms(nbytes: float, nodes: int, per_node: int, intra: Link, inter: Link) -> float:

@@ -220,8 +220,8 @@ class ModelOracle:
                 self.notes.append(note)
         if LatencyModel.communication_unknown(X).any() and GRADIENT_UNKNOWN_NOTE not in self.notes:
             self.notes.append(GRADIENT_UNKNOWN_NOTE)
-        estimated = (X["grad_bytes_estimated"].to_numpy(dtype=float) == 1.0) & (X["world_size"].to_numpy(dtype=float) > 1)
-        if estimated.any() and self.builder.grad_bytes:
+        several = (X["world_size"].to_numpy(dtype=float) > 1).any()
+        if several and self.builder.grad_bytes_estimated and self.builder.grad_bytes:
             note = gradient_estimated_note(self.builder.grad_bytes)
             if note not in self.notes:
                 self.notes.append(note)
