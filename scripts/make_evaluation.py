@@ -43,7 +43,7 @@ def main() -> int:
     args = ap.parse_args()
     cfg = yaml.safe_load(Path(args.config).read_text())
     out_dir = ROOT / "docs" / "evaluation"
-    sections, rows = [], []
+    sections, rows, verdicts = [], [], []
     total_s = 0.0
     t0 = time.monotonic()
     for model, entry in cfg["models"].items():
@@ -66,6 +66,7 @@ def main() -> int:
                    f"--max-seconds {cfg['max_seconds']} " + " ".join(f"--case {c}" for c in entry["cases"]))
         sections.append(ev.render_markdown(result, command, f"evaluation/{model}.png"))
         s = result.summary()
+        verdicts.append(s["against_baselines"])
         total_s += result.oracle_seconds + result.profiling_seconds
         for r in result.cases:
             rows.append((model, r.case.label(), r.pick.config if r.pick else "-", r.oracle.config if r.oracle else "-",
@@ -89,6 +90,8 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|",
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
+        *([ev.verdicts_line(ev.pool_verdicts(verdicts)).removeprefix("- ") + " Each model's section below sets the "
+           "savings on the same training job against the profiling cost.", ""] if verdicts else []),
     ]
     atomic_write_text(ROOT / "docs" / "EVALUATION.md", "\n".join(head) + "\n" + "\n".join(sections))
     print("wrote docs/EVALUATION.md", flush=True)

@@ -220,6 +220,54 @@ def baselines(cands: Sequence[Candidate], case: Case, max_hosts: int) -> dict[st
     }
 
 
+@dataclass(frozen=True)
+class Savings:
+    """srifty's pick against one baseline, by measured figures, on the same training job (a fixed
+    number of samples): which is the better choice for the case's objective, what the job costs
+    and how long it takes on the pick relative to the baseline, and when the pick's saving has
+    paid for the cheap profiling."""
+
+    verdict: str  # "better", "same" or "worse": the pick's regret against the baseline's (BETTER/SAME/WORSE)
+    job_cost_change: float | None = None  # pick's $ per sample / the baseline's - 1 (negative: the job is cheaper)
+    job_time_change: float | None = None  # pick's time for the job / the baseline's - 1 (negative: it is faster)
+    # hours of training on the pick after which what it saves on the job has paid for the
+    # profiling; None where the pick does not save money on the job (or is the baseline itself)
+    payback_hours: float | None = None
+
+
+BETTER, SAME, WORSE = "better", "same", "worse"
+REGRET_TIE = 1e-9
+
+
+def against_baseline(pick: Candidate | None, pick_regret: float | None, baseline: dict[str, Any],
+                     profiling_usd: float) -> Savings:
+    """Compare the pick with one baseline entry of a case (``CaseResult.baselines``): the verdict
+    reads both regrets against the same oracle (a baseline with none, or one that breaks the
+    constraints when measured, loses to a pick that keeps them); the job figures need both
+    measured."""
+    b_regret = baseline.get("regret") if baseline.get("config") else None
+    if pick_regret is None and b_regret is None:
+        verdict = SAME  # neither meets the constraints
+    elif pick_regret is None:
+        verdict = WORSE
+    elif b_regret is None or pick_regret < b_regret - REGRET_TIE:
+        verdict = BETTER
+    else:
+        verdict = SAME if pick_regret <= b_regret + REGRET_TIE else WORSE
+    thr_b, usd_b = baseline.get("measured_samples_per_s"), baseline.get("usd_per_hour")
+    if pick is None or not pick.measured_samples_per_s or not thr_b or usd_b is None or b_regret is None:
+        return Savings(verdict)
+    if baseline.get("config") == pick.config:
+        return Savings(verdict, 0.0, 0.0)
+    thr_p, usd_p = pick.measured_samples_per_s, pick.usd_per_hour
+    cost_change = (usd_p / thr_p) / (usd_b / thr_b) - 1.0
+    time_change = thr_b / thr_p - 1.0
+    # per hour of training on the pick: what the baseline would charge for the same samples, less the pick's price
+    saved_per_hour = usd_b * thr_p / thr_b - usd_p
+    payback = profiling_usd / saved_per_hour if saved_per_hour > 0 else None
+    return Savings(verdict, cost_change, time_change, payback)
+
+
 # ----- the evaluation ------------------------------------------------------------------
 
 
@@ -333,6 +381,24 @@ class Evaluation:
         inside = [w for c in self.candidates if c.source != "measured" and (w := c.within_measurement_ci) is not None]
         return (stats.median(cis) if cis else None), sum(inside), len(inside)
 
+    def against_baselines(self) -> list[dict[str, Savings]]:
+        """For each case, srifty's pick against each of its baselines (:func:`against_baseline`)."""
+        return [{name: against_baseline(r.pick, r.pick_regret, b, self.profiling_usd) for name, b in r.baselines.items()}
+                for r in self.cases]
+
+    def baseline_verdicts(self) -> dict[str, Any]:
+        """How often the pick beats, ties or loses to each baseline, and in how many cases it is at
+        least as good as every baseline / better than every one."""
+        per_case = self.against_baselines()
+        names = list(per_case[0]) if per_case else []
+        counts = {n: {v: sum(1 for c in per_case if c[n].verdict == v) for v in (BETTER, SAME, WORSE)} for n in names}
+        return {
+            "per_baseline": counts,
+            "cases": len(per_case),
+            "at_least_as_good_as_every_baseline": sum(1 for c in per_case if all(x.verdict != WORSE for x in c.values())),
+            "better_than_every_baseline": sum(1 for c in per_case if c and all(x.verdict == BETTER for x in c.values())),
+        }
+
     def summary(self) -> dict[str, Any]:
         errs = self.prediction_errors
         from srifty import stats
@@ -350,6 +416,7 @@ class Evaluation:
             "profiling_seconds": self.profiling_seconds,
             "oracle_seconds": self.oracle_seconds,
             "profiling_share_of_oracle": self.profiling_seconds / self.oracle_seconds if self.oracle_seconds else None,
+            "against_baselines": self.baseline_verdicts(),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -374,8 +441,9 @@ class Evaluation:
                     "pick_regret": r.pick_regret,
                     "pick_note": r.pick_note,
                     "baselines": r.baselines,
+                    "against_baselines": {name: asdict(x) for name, x in against.items()},
                 }
-                for r in self.cases
+                for r, against in zip(self.cases, self.against_baselines())
             ],
         }
 
@@ -561,6 +629,49 @@ def baseline_cell(b: dict[str, Any]) -> str:
     return f"{b['config']}: " + (_pct(b["regret"]) if b["regret"] is not None else (b["note"] or "-"))
 
 
+def _duration(hours: float) -> str:
+    if hours < 1 / 60:
+        return f"{hours * 3600:.0f} s"
+    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h"
+
+
+def savings_cell(x: Savings, b: dict[str, Any]) -> str:
+    """The report's cell for the pick against one baseline (:func:`against_baseline`)."""
+    if not b.get("config"):
+        return f"{x.verdict}: none within the constraints"
+    if b.get("regret") is None:
+        return f"{x.verdict}: {b['config']} {b.get('note') or 'breaks the constraints'}"
+    if x.job_cost_change is None or x.job_time_change is None:
+        return x.verdict
+    if x.job_cost_change == 0.0 and x.job_time_change == 0.0:
+        return f"{x.verdict}: the same configuration"
+    cost = f"{abs(x.job_cost_change) * 100:.0f}% {'cheaper' if x.job_cost_change < 0 else 'dearer'}"
+    time = f"{1 + x.job_time_change:.2f}× the time"
+    repaid = f"; profiling repaid after {_duration(x.payback_hours)} of training" if x.payback_hours is not None else ""
+    return f"{x.verdict}: job {cost}, {time}{repaid}"
+
+
+def pool_verdicts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """:meth:`Evaluation.baseline_verdicts` of several evaluations, summed."""
+    per: dict[str, dict[str, int]] = {}
+    for v in parts:
+        for name, c in v["per_baseline"].items():
+            acc = per.setdefault(name, {BETTER: 0, SAME: 0, WORSE: 0})
+            for k in acc:
+                acc[k] += c[k]
+    keys = ("cases", "at_least_as_good_as_every_baseline", "better_than_every_baseline")
+    return {"per_baseline": per, **{k: sum(v[k] for v in parts) for k in keys}}
+
+
+def verdicts_line(v: dict[str, Any]) -> str:
+    """The report's bullet on how the pick fares against the baselines across the cases."""
+    per = "; ".join(f"{name}: better in {c[BETTER]}, same in {c[SAME]}, worse in {c[WORSE]}"
+                    for name, c in v["per_baseline"].items())
+    return (f"- Against the baselines (by measured figures): srifty's pick is at least as good as every baseline in "
+            f"{v['at_least_as_good_as_every_baseline']} of {v['cases']} cases and better than every one in "
+            f"{v['better_than_every_baseline']} ({per}).")
+
+
 def drift_line(d: RecordingDrift) -> str:
     """The report's bullet on how far the oracle's own figures moved since an earlier recording."""
     return (f"- Repeatability of the oracle itself: against {d.previous}, the {d.configurations} configurations "
@@ -599,6 +710,7 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
         f"{_pct(s['profiling_share_of_oracle'])} of the oracle's time (workers' wall time; hosts' set-up not counted).",
         "- The single-host configurations are measured by the profiling step itself (the oracle reuses those runs), "
         "so srifty knows them exactly; regret can only come from the multi-host configurations it predicts.",
+        *([verdicts_line(s["against_baselines"])] if ev.cases else []),
         *([drift_line(ev.drift)] if ev.drift else []),
         "",
         "| constraints | srifty's pick | oracle | regret | " + " | ".join(
@@ -612,8 +724,19 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
             cells.append(baseline_cell(b))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Regret: throughput lost (objective throughput) or extra $/h paid (objective cost) against the "
-              "oracle's pick, by measured figures.", "",
-              "| configuration | $/h | predicted samples/s | measured samples/s | error | source |",
+              "oracle's pick, by measured figures.", ""]
+    if ev.cases:
+        lines += [f"Profiling cost against what srifty's pick saves: the same training job (a fixed number of samples) "
+                  f"on the pick against each baseline, by measured figures, and how long the pick must train before "
+                  f"its saving has paid for the cheap profiling (${ev.profiling_usd:.4f}); better / same / worse is "
+                  f"the verdict on the case's objective.", "",
+                  "| constraints | " + " | ".join(ev.cases[0].baselines) + " |",
+                  "|---|" + "---|" * len(ev.cases[0].baselines)]
+        for r, against in zip(ev.cases, ev.against_baselines()):
+            lines.append("| " + " | ".join([r.case.label()] + [savings_cell(against[n], b) for n, b in r.baselines.items()])
+                         + " |")
+        lines.append("")
+    lines += ["| configuration | $/h | predicted samples/s | measured samples/s | error | source |",
               "|---|---:|---:|---:|---:|---|"]
     for c in sorted(ev.candidates, key=lambda c: -(c.measured_samples_per_s or 0)):
         lines.append(f"| {c.config} | {c.usd_per_hour:.2f} | {c.predicted_samples_per_s or 0:.1f} | "

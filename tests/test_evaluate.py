@@ -131,6 +131,67 @@ def test_report_renders_every_configuration() -> None:
     assert "whose 95% CI is ±15.0%" in ev.render_markdown(e, "srifty evaluate s.py")
 
 
+def _entry(c: ev.Candidate | None, regret: float | None, note: str = "") -> dict:
+    """A CaseResult.baselines entry, as Evaluator.run writes it."""
+    return {"config": c.config if c else None, "regret": regret, "note": note,
+            "measured_samples_per_s": c.measured_samples_per_s if c else None,
+            "usd_per_hour": c.usd_per_hour if c else None}
+
+
+def test_savings_against_a_baseline() -> None:
+    pick = _cand("2xemu.small", 0.20, 25, 16.0)  # $0.20/h at 16 samples/s
+    cheap = _cand("1xemu.small", 0.10, 10, 9.0)  # $0.10/h at 9 samples/s
+    dear = _cand("2xemu.large", 0.96, 50, 40.0)  # $0.024 per sample against the pick's $0.0125
+    # throughput objective: the pick loses 0.2 of the oracle's throughput, the baseline 0.55
+    x = ev.against_baseline(pick, 0.2, _entry(cheap, 0.55), profiling_usd=0.01)
+    assert x.verdict == "better"
+    per_sample_pick, per_sample_cheap = 0.20 / 16, 0.10 / 9
+    assert x.job_cost_change == pytest.approx(per_sample_pick / per_sample_cheap - 1)  # +12.5%: dearer
+    assert x.job_time_change == pytest.approx(9 / 16 - 1)  # 44% faster
+    assert x.payback_hours is None  # the pick costs more per sample: nothing repays the profiling
+    # against a baseline that costs more per sample: the saving per hour of training on the pick
+    # is what the baseline would charge for the pick's hour of samples, less the pick's price
+    y = ev.against_baseline(pick, 0.1, _entry(dear, 0.1), profiling_usd=0.01)
+    assert y.verdict == "same"  # equal regret
+    saved_per_hour = 0.96 * 16 / 40 - 0.20
+    assert y.payback_hours == pytest.approx(0.01 / saved_per_hour)  # 3.3 minutes
+    assert y.job_cost_change == pytest.approx((0.20 / 16) / (0.96 / 40) - 1)
+    assert ev.against_baseline(pick, 0.3, _entry(dear, 0.1), 0.01).verdict == "worse"
+    # the same configuration: nothing changes; a baseline that breaks the constraints loses to a pick that keeps them
+    assert ev.against_baseline(pick, 0.0, _entry(pick, 0.0), 0.01) == ev.Savings("same", 0.0, 0.0, None)
+    broken = ev.against_baseline(pick, 0.0, _entry(cheap, None, "misses the throughput floor"), 0.01)
+    assert broken == ev.Savings("better")
+    assert ev.against_baseline(pick, None, _entry(None, None), 0.01).verdict == "same"  # neither meets them
+    assert ev.against_baseline(None, None, _entry(cheap, 0.4), 0.01).verdict == "worse"
+    cell = ev.savings_cell(x, _entry(cheap, 0.55))
+    assert cell == "better: job 12% dearer, 0.56× the time"
+    assert ev.savings_cell(y, _entry(dear, 0.1)) == "same: job 48% cheaper, 2.50× the time; profiling repaid after 3 min of training"
+    assert ev.savings_cell(broken, _entry(cheap, None, "misses the throughput floor")) == \
+        "better: 1xemu.small misses the throughput floor"
+
+
+def test_report_counts_the_verdicts_against_the_baselines() -> None:
+    a, b, c = _cand("1xemu.small", 0.10, 10, 9.0), _cand("2xemu.small", 0.20, 25, 16.0), _cand("1xemu.large", 0.48, 30, 40.0)
+    cases = [ev.CaseResult(ev.Case(budget_per_hour=0.3), b, b, 0.0, "",
+                           {"cheapest": _entry(a, 1 - 9 / 16), "homogeneous": _entry(b, 0.0)}),
+             ev.CaseResult(ev.Case(budget_per_hour=0.5), b, c, 0.6, "",
+                           {"cheapest": _entry(a, 1 - 9 / 40), "homogeneous": _entry(c, 0.0)})]
+    e = ev.Evaluation("m", "s.py", 16, ["emu.small"], 2, [a, b, c], cases, 60.0, 0.01, 600.0, 0.1,
+                      {"trained_on": ["x"], "rows": 10, "excluded_model": "m"})
+    v = e.summary()["against_baselines"]
+    assert v["per_baseline"] == {"cheapest": {"better": 2, "same": 0, "worse": 0},
+                                 "homogeneous": {"better": 0, "same": 1, "worse": 1}}
+    assert (v["cases"], v["at_least_as_good_as_every_baseline"], v["better_than_every_baseline"]) == (2, 1, 0)
+    pooled = ev.pool_verdicts([v, v])
+    assert pooled["per_baseline"]["homogeneous"] == {"better": 0, "same": 2, "worse": 2} and pooled["cases"] == 4
+    text = ev.render_markdown(e, "srifty evaluate s.py")
+    assert "at least as good as every baseline in 1 of 2 cases and better than every one in 0" in text
+    assert "| budget $0.3/h, objective throughput | better: job 12% dearer, 0.56× the time | same: the same configuration |" in text
+    doc = e.to_dict()
+    assert doc["cases"][1]["against_baselines"]["homogeneous"]["verdict"] == "worse"
+    json.dumps(doc)  # serialisable
+
+
 def _evaluation(cands: list[ev.Candidate]) -> ev.Evaluation:
     return ev.Evaluation("m", "s.py", 16, ["emu.small", "emu.large"], 2, cands, [], 60.0, 0.01, 600.0, 0.1,
                          {"trained_on": ["x"], "rows": 10, "excluded_model": "m"})
@@ -210,6 +271,16 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
         assert case["pick_regret"] is not None or case["pick_note"]
         if case["pick_regret"] is not None:
             assert case["pick_regret"] >= -1e-9
+        # srifty's pick against each baseline: a verdict from the two measured regrets
+        assert set(case["against_baselines"]) == set(case["baselines"])
+        for name, x in case["against_baselines"].items():
+            b = case["baselines"][name]
+            if case["pick_regret"] is not None and b["regret"] is not None:
+                want = ("same" if abs(case["pick_regret"] - b["regret"]) <= 1e-9
+                        else "better" if case["pick_regret"] < b["regret"] else "worse")
+                assert x["verdict"] == want
     s = doc["summary"]
+    assert s["against_baselines"]["cases"] == 2
     assert s["prediction_mape"] is not None and s["oracle_seconds"] > 0 and s["profiling_seconds"] > 0
-    assert "regret" in report.read_text().lower()
+    text = report.read_text()
+    assert "regret" in text.lower() and "Profiling cost against what srifty's pick saves" in text
