@@ -25,6 +25,7 @@ import itertools
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -220,6 +221,14 @@ def baselines(cands: Sequence[Candidate], case: Case, max_hosts: int) -> dict[st
     }
 
 
+class Verdict(str, Enum):
+    """srifty's pick against a baseline, on the case's objective (both judged by measured figures)."""
+
+    BETTER = "better"
+    SAME = "same"
+    WORSE = "worse"
+
+
 @dataclass(frozen=True)
 class Savings:
     """srifty's pick against one baseline, by measured figures, on the same training job (a fixed
@@ -227,7 +236,7 @@ class Savings:
     and how long it takes on the pick relative to the baseline, and when the pick's saving has
     paid for the cheap profiling."""
 
-    verdict: str  # "better", "same" or "worse": the pick's regret against the baseline's (BETTER/SAME/WORSE)
+    verdict: Verdict  # the pick's regret against the baseline's
     job_cost_change: float | None = None  # pick's $ per sample / the baseline's - 1 (negative: the job is cheaper)
     job_time_change: float | None = None  # pick's time for the job / the baseline's - 1 (negative: it is faster)
     # hours of training on the pick after which what it saves on the job has paid for the
@@ -235,7 +244,6 @@ class Savings:
     payback_hours: float | None = None
 
 
-BETTER, SAME, WORSE = "better", "same", "worse"
 REGRET_TIE = 1e-9
 
 
@@ -247,13 +255,13 @@ def against_baseline(pick: Candidate | None, pick_regret: float | None, baseline
     measured."""
     b_regret = baseline.get("regret") if baseline.get("config") else None
     if pick_regret is None and b_regret is None:
-        verdict = SAME  # neither meets the constraints
+        verdict = Verdict.SAME  # neither meets the constraints
     elif pick_regret is None:
-        verdict = WORSE
+        verdict = Verdict.WORSE
     elif b_regret is None or pick_regret < b_regret - REGRET_TIE:
-        verdict = BETTER
+        verdict = Verdict.BETTER
     else:
-        verdict = SAME if pick_regret <= b_regret + REGRET_TIE else WORSE
+        verdict = Verdict.SAME if pick_regret <= b_regret + REGRET_TIE else Verdict.WORSE
     thr_b, usd_b = baseline.get("measured_samples_per_s"), baseline.get("usd_per_hour")
     if pick is None or not pick.measured_samples_per_s or not thr_b or usd_b is None or b_regret is None:
         return Savings(verdict)
@@ -383,20 +391,22 @@ class Evaluation:
 
     def against_baselines(self) -> list[dict[str, Savings]]:
         """For each case, srifty's pick against each of its baselines (:func:`against_baseline`)."""
-        return [{name: against_baseline(r.pick, r.pick_regret, b, self.profiling_usd) for name, b in r.baselines.items()}
-                for r in self.cases]
+        return [{name: against_baseline(r.pick, r.pick_regret, b, self.profiling_usd)
+                 for name, b in r.baselines.items()} for r in self.cases]
 
     def baseline_verdicts(self) -> dict[str, Any]:
         """How often the pick beats, ties or loses to each baseline, and in how many cases it is at
         least as good as every baseline / better than every one."""
         per_case = self.against_baselines()
         names = list(per_case[0]) if per_case else []
-        counts = {n: {v: sum(1 for c in per_case if c[n].verdict == v) for v in (BETTER, SAME, WORSE)} for n in names}
+        counts = {n: {v.value: sum(1 for c in per_case if c[n].verdict == v) for v in Verdict} for n in names}
         return {
             "per_baseline": counts,
             "cases": len(per_case),
-            "at_least_as_good_as_every_baseline": sum(1 for c in per_case if all(x.verdict != WORSE for x in c.values())),
-            "better_than_every_baseline": sum(1 for c in per_case if c and all(x.verdict == BETTER for x in c.values())),
+            "at_least_as_good_as_every_baseline": sum(1 for c in per_case
+                                                      if all(x.verdict != Verdict.WORSE for x in c.values())),
+            "better_than_every_baseline": sum(1 for c in per_case
+                                              if c and all(x.verdict == Verdict.BETTER for x in c.values())),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -441,7 +451,8 @@ class Evaluation:
                     "pick_regret": r.pick_regret,
                     "pick_note": r.pick_note,
                     "baselines": r.baselines,
-                    "against_baselines": {name: asdict(x) for name, x in against.items()},
+                    "against_baselines": {name: {**asdict(x), "verdict": x.verdict.value}
+                                          for name, x in against.items()},
                 }
                 for r, against in zip(self.cases, self.against_baselines())
             ],
@@ -638,17 +649,17 @@ def _duration(hours: float) -> str:
 def savings_cell(x: Savings, b: dict[str, Any]) -> str:
     """The report's cell for the pick against one baseline (:func:`against_baseline`)."""
     if not b.get("config"):
-        return f"{x.verdict}: none within the constraints"
+        return f"{x.verdict.value}: none within the constraints"
     if b.get("regret") is None:
-        return f"{x.verdict}: {b['config']} {b.get('note') or 'breaks the constraints'}"
+        return f"{x.verdict.value}: {b['config']} {b.get('note') or 'breaks the constraints'}"
     if x.job_cost_change is None or x.job_time_change is None:
-        return x.verdict
+        return x.verdict.value
     if x.job_cost_change == 0.0 and x.job_time_change == 0.0:
-        return f"{x.verdict}: the same configuration"
+        return f"{x.verdict.value}: the same configuration"
     cost = f"{abs(x.job_cost_change) * 100:.0f}% {'cheaper' if x.job_cost_change < 0 else 'dearer'}"
     time = f"{1 + x.job_time_change:.2f}× the time"
     repaid = f"; profiling repaid after {_duration(x.payback_hours)} of training" if x.payback_hours is not None else ""
-    return f"{x.verdict}: job {cost}, {time}{repaid}"
+    return f"{x.verdict.value}: job {cost}, {time}{repaid}"
 
 
 def pool_verdicts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -656,7 +667,7 @@ def pool_verdicts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     per: dict[str, dict[str, int]] = {}
     for v in parts:
         for name, c in v["per_baseline"].items():
-            acc = per.setdefault(name, {BETTER: 0, SAME: 0, WORSE: 0})
+            acc = per.setdefault(name, {v.value: 0 for v in Verdict})
             for k in acc:
                 acc[k] += c[k]
     keys = ("cases", "at_least_as_good_as_every_baseline", "better_than_every_baseline")
@@ -665,7 +676,7 @@ def pool_verdicts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def verdicts_line(v: dict[str, Any]) -> str:
     """The report's bullet on how the pick fares against the baselines across the cases."""
-    per = "; ".join(f"{name}: better in {c[BETTER]}, same in {c[SAME]}, worse in {c[WORSE]}"
+    per = "; ".join(f"{name}: " + ", ".join(f"{v.value} in {c[v.value]}" for v in Verdict)
                     for name, c in v["per_baseline"].items())
     return (f"- Against the baselines (by measured figures): srifty's pick is at least as good as every baseline in "
             f"{v['at_least_as_good_as_every_baseline']} of {v['cases']} cases and better than every one in "
@@ -733,8 +744,8 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
                   "| constraints | " + " | ".join(ev.cases[0].baselines) + " |",
                   "|---|" + "---|" * len(ev.cases[0].baselines)]
         for r, against in zip(ev.cases, ev.against_baselines()):
-            lines.append("| " + " | ".join([r.case.label()] + [savings_cell(against[n], b) for n, b in r.baselines.items()])
-                         + " |")
+            cells = [savings_cell(against[n], b) for n, b in r.baselines.items()]
+            lines.append("| " + " | ".join([r.case.label()] + cells) + " |")
         lines.append("")
     lines += ["| configuration | $/h | predicted samples/s | measured samples/s | error | source |",
               "|---|---:|---:|---:|---:|---|"]

@@ -144,7 +144,7 @@ def test_savings_against_a_baseline() -> None:
     dear = _cand("2xemu.large", 0.96, 50, 40.0)  # $0.024 per sample against the pick's $0.0125
     # throughput objective: the pick loses 0.2 of the oracle's throughput, the baseline 0.55
     x = ev.against_baseline(pick, 0.2, _entry(cheap, 0.55), profiling_usd=0.01)
-    assert x.verdict == "better"
+    assert x.verdict is ev.Verdict.BETTER
     per_sample_pick, per_sample_cheap = 0.20 / 16, 0.10 / 9
     assert x.job_cost_change == pytest.approx(per_sample_pick / per_sample_cheap - 1)  # +12.5%: dearer
     assert x.job_time_change == pytest.approx(9 / 16 - 1)  # 44% faster
@@ -152,17 +152,17 @@ def test_savings_against_a_baseline() -> None:
     # against a baseline that costs more per sample: the saving per hour of training on the pick
     # is what the baseline would charge for the pick's hour of samples, less the pick's price
     y = ev.against_baseline(pick, 0.1, _entry(dear, 0.1), profiling_usd=0.01)
-    assert y.verdict == "same"  # equal regret
+    assert y.verdict is ev.Verdict.SAME  # equal regret
     saved_per_hour = 0.96 * 16 / 40 - 0.20
     assert y.payback_hours == pytest.approx(0.01 / saved_per_hour)  # 3.3 minutes
     assert y.job_cost_change == pytest.approx((0.20 / 16) / (0.96 / 40) - 1)
-    assert ev.against_baseline(pick, 0.3, _entry(dear, 0.1), 0.01).verdict == "worse"
+    assert ev.against_baseline(pick, 0.3, _entry(dear, 0.1), 0.01).verdict is ev.Verdict.WORSE
     # the same configuration: nothing changes; a baseline that breaks the constraints loses to a pick that keeps them
-    assert ev.against_baseline(pick, 0.0, _entry(pick, 0.0), 0.01) == ev.Savings("same", 0.0, 0.0, None)
+    assert ev.against_baseline(pick, 0.0, _entry(pick, 0.0), 0.01) == ev.Savings(ev.Verdict.SAME, 0.0, 0.0, None)
     broken = ev.against_baseline(pick, 0.0, _entry(cheap, None, "misses the throughput floor"), 0.01)
-    assert broken == ev.Savings("better")
-    assert ev.against_baseline(pick, None, _entry(None, None), 0.01).verdict == "same"  # neither meets them
-    assert ev.against_baseline(None, None, _entry(cheap, 0.4), 0.01).verdict == "worse"
+    assert broken == ev.Savings(ev.Verdict.BETTER)
+    assert ev.against_baseline(pick, None, _entry(None, None), 0.01).verdict is ev.Verdict.SAME  # neither meets them
+    assert ev.against_baseline(None, None, _entry(cheap, 0.4), 0.01).verdict is ev.Verdict.WORSE
     cell = ev.savings_cell(x, _entry(cheap, 0.55))
     assert cell == "better: job 12% dearer, 0.56× the time"
     assert ev.savings_cell(y, _entry(dear, 0.1)) == "same: job 48% cheaper, 2.50× the time; profiling repaid after 3 min of training"
