@@ -413,6 +413,16 @@ class CollectivePoint:
     world: int
     bottleneck_mbit: float
     ms: float
+    # hosts at the slowest configured rate when the ring mixes rates; 0 when every link has one rate
+    slowest_hosts: int = 0
+
+
+def mixed_ring_slowest_hosts(rates_mbit: Sequence[float]) -> int:
+    """How many hosts of a ring sit at its slowest configured link rate, when the rates mix; 0
+    when every host has the same rate (see ``LinkScale.emulated_mixed_ring``)."""
+    if not rates_mbit or min(rates_mbit) == max(rates_mbit):
+        return 0
+    return sum(1 for r in rates_mbit if r == min(rates_mbit))
 
 
 def load_collectives(paths: Sequence[str | Path]) -> list[CollectivePoint]:
@@ -426,10 +436,11 @@ def load_collectives(paths: Sequence[str | Path]) -> list[CollectivePoint]:
         if cl.get("launcher") != "emulated" or not rates or not all(rates):
             continue
         config = cl.get("config") or "+".join(f"1x{h.get('instance_type')}" for h in cl.get("hosts") or [])
+        slowest = mixed_ring_slowest_hosts(rates)
         for c in p.doc.get("collectives") or []:
             if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms"):
                 out.append(CollectivePoint(config, float(c["bytes"]), int(c["world_size"]), float(min(rates)),
-                                           float(c["median_ms"])))
+                                           float(c["median_ms"]), slowest))
     return out
 
 
@@ -596,6 +607,11 @@ class LinkScale:
     # rates (exponent clamped to [−1, 0]) from the nearest; one rate: its figure; no table: the
     # pooled ``emulated_goodput``.
     emulated_goodput_by_mbit: tuple[tuple[float, float], ...] = ()
+    # A ring that mixes emulated link rates keeps less of its slowest link than a ring of that
+    # rate alone (docs/emulated-cluster.md, Limits): the goodput above is multiplied by the
+    # first figure when one host sits at the slowest rate, by the second when two or more do.
+    # Fitted on sweeps of mixed rings (srifty.model.fit_emulated_mixed_ring); 1 = no loss.
+    emulated_mixed_ring: tuple[float, float] = (1.0, 1.0)
     # Backward on an emulated host runs 1 + emulated_overlap_slowdown × (busy peers) times slower
     # while an allreduce is in flight: the collective's thread competes for the host's CPU quota,
     # and the peers still computing for the machine's cores (busy_peers: each peer weighted by
@@ -614,6 +630,11 @@ class LinkScale:
         if self.node_intra_efficiency is None or raw.emulated or raw.intra_kind != "pcie":
             return scaled.intra
         return Link(raw.intra.gbytes_per_s * self.node_intra_efficiency, scaled.intra.latency_us)
+
+    def mixed_ring_factor(self, rates_mbit: Sequence[float]) -> float:
+        """What an emulated ring over links of ``rates_mbit`` keeps of its slowest link's goodput."""
+        k = mixed_ring_slowest_hosts(rates_mbit)
+        return 1.0 if k == 0 else self.emulated_mixed_ring[0 if k == 1 else 1]
 
     def emulated_goodput_at(self, mbit: float) -> float:
         """Goodput of an emulated link configured at ``mbit`` (see ``emulated_goodput_by_mbit``)."""
@@ -897,6 +918,10 @@ class FeatureBuilder:
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
             intra = self.node_intra(config.groups[0].instance_type)
+        if all(h.emulated for h in hws) and len(wpn_all) > 1:
+            rates = [self.catalog.get(g.instance_type).emulation.bandwidth_mbit for g in config.groups
+                     for _ in range(g.count)]
+            inter = Link(inter.gbytes_per_s * self.link_scale.mixed_ring_factor(rates), inter.latency_us)
         if all(h.emulated for h in hws) and max(wpn_all) == 1:
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)

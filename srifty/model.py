@@ -120,7 +120,7 @@ def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float,
     """
     import numpy as np
 
-    pts = [p for p in points if p.nbytes >= MIN_SWEEP_BYTES and p.world >= 2 and p.ms > 0]
+    pts = [p for p in points if p.nbytes >= MIN_SWEEP_BYTES and p.world >= 2 and p.ms > 0 and not p.slowest_hosts]
     if len(pts) < 4:
         return TBF_GOODPUT, INTER_LATENCY_US, 0
     t, x1, x2 = _ring_terms(pts)
@@ -133,6 +133,30 @@ def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float,
     return goodput, float(max(alpha_ms * 1e3, 1.0)), len(pts)
 
 
+def fit_emulated_mixed_ring(points: Sequence[CollectivePoint], scale: LinkScale) -> tuple[float, float]:
+    """``LinkScale.emulated_mixed_ring`` from the sweeps of rings that mix link rates: for each
+    such sweep, the goodput of its slowest link (the α–β formula with ``scale``'s per-step
+    latency, least squares on relative error over its messages of BULK_SWEEP_BYTES or more)
+    over what ``scale`` gives a ring of that rate alone; the median of those ratios over the
+    sweeps with one host at the slowest rate, and over those with two or more (1 where none)."""
+    import numpy as np
+
+    by_config: dict[str, list[CollectivePoint]] = {}
+    for p in points:
+        if p.slowest_hosts and p.nbytes >= BULK_SWEEP_BYTES and p.world >= 2 and p.ms > 0:
+            by_config.setdefault(p.config, []).append(p)
+    ratios: dict[bool, list[float]] = {False: [], True: []}
+    for pts in by_config.values():
+        t, x1, x2 = _ring_terms(pts)
+        x1, rest = x1 / t, 1.0 - x2 * scale.emulated_latency_us / 1e3 / t
+        inv_g = float(np.sum(x1 * rest) / np.sum(x1 ** 2))
+        if inv_g > 0:
+            alone = scale.emulated_goodput_at(pts[0].bottleneck_mbit)
+            ratios[pts[0].slowest_hosts >= 2].append(_bounded_goodput(inv_g) / alone)
+    one, many = (float(min(np.median(r), 1.0)) if r else 1.0 for r in (ratios[False], ratios[True]))
+    return one, many
+
+
 def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: float
                                  ) -> tuple[tuple[float, float], ...]:
     """(configured Mbit/s, sustained goodput) for every bottleneck rate the sweeps measured with
@@ -142,7 +166,7 @@ def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: 
 
     by_rate: dict[float, list[CollectivePoint]] = {}
     for p in points:
-        if p.nbytes >= BULK_SWEEP_BYTES and p.world >= 2 and p.ms > 0:
+        if p.nbytes >= BULK_SWEEP_BYTES and p.world >= 2 and p.ms > 0 and not p.slowest_hosts:
             by_rate.setdefault(float(p.bottleneck_mbit), []).append(p)
     table = []
     for mbit, pts in sorted(by_rate.items()):
@@ -299,6 +323,7 @@ class CommModel:
         emu = {"emulated_goodput": goodput, "emulated_latency_us": lat_us,
                "emulated_goodput_by_mbit": fit_emulated_goodput_by_rate(collectives, lat_us),
                "fast_links": fit_fast_links(catalog, allreduce) if allreduce else ()}
+        emu["emulated_mixed_ring"] = fit_emulated_mixed_ring(collectives, LinkScale(**emu))
         kinds: dict[str, bool] = {}
 
         def tcp_pcie(r: Run) -> bool:
@@ -1025,6 +1050,7 @@ def load(path: str | Path) -> Predictor:
     link = dict(meta["link_scale"])
     link["fast_links"] = tuple(tuple(x) for x in link.get("fast_links", ()))
     link["emulated_goodput_by_mbit"] = tuple(tuple(x) for x in link.get("emulated_goodput_by_mbit", ()))
+    link["emulated_mixed_ring"] = tuple(link.get("emulated_mixed_ring", (1.0, 1.0)))
     return Predictor(lm, LinkScale(**link), meta)
 
 

@@ -214,6 +214,39 @@ def test_sweep_fit_recovers_goodput_and_latency() -> None:
     assert fit_emulated_links([])[0] == TBF_GOODPUT  # no sweeps: the framing prior
 
 
+def test_mixed_rate_rings_get_their_own_goodput_factor(emu_catalog: Any) -> None:
+    from srifty.configspec import parse_config
+    from srifty.features import CollectivePoint, FeatureBuilder, LinkScale, mixed_ring_slowest_hosts
+    from srifty.model import fit_emulated_goodput_by_rate, fit_emulated_links, fit_emulated_mixed_ring
+
+    assert [mixed_ring_slowest_hosts(r) for r in ([50, 50], [50, 200], [50, 50, 200], [200, 50, 50, 800])] == [0, 1, 2, 2]
+
+    def sweep(config: str, mbit: float, g: float, world: int, slowest: int) -> list[CollectivePoint]:
+        return [CollectivePoint(config, float(b), world, mbit, 2 * (world - 1) / world * b * 8 / (g * mbit * 1e6) * 1e3,
+                                slowest) for b in (2**k for k in range(18, 25))]
+
+    alone = sweep("2xa", 100.0, 0.9, 2, 0) + sweep("2xb", 100.0, 0.9, 3, 0)
+    mixed = (sweep("2xa+1xc", 100.0, 0.72, 3, 2) + sweep("3xa+1xc", 100.0, 0.765, 4, 3)
+             + sweep("2xa+1xd", 100.0, 0.81, 3, 2) + sweep("1xa+2xc", 100.0, 0.9 * 0.97, 3, 1))
+    pts = alone + mixed
+    # the per-rate and pooled fits read the one-rate rings only
+    assert fit_emulated_goodput_by_rate(pts, 0.0) == fit_emulated_goodput_by_rate(alone, 0.0)
+    assert fit_emulated_links(pts)[0] == pytest.approx(0.9, rel=1e-6)
+    scale = LinkScale(emulated_latency_us=0.0, emulated_goodput_by_mbit=((100.0, 0.9),))
+    one, many = fit_emulated_mixed_ring(pts, scale)
+    assert one == pytest.approx(0.97, rel=1e-6)
+    assert many == pytest.approx(0.85, rel=1e-6)  # the median of 0.8, 0.85 and 0.9
+    assert fit_emulated_mixed_ring(alone, scale) == (1.0, 1.0)  # no mixed sweep: no loss
+    # the simulator takes it: 2 x emu.cpu + 1 x emu.small mixes 50 and 200 Mbit/s with two hosts at 50
+    job = _job([_doc(["emu.small"], 100.0, 200.0, 10.0, it=310.0), _doc(["emu.cpu"], 50.0, 100.0, 5.0, it=155.0)])
+    with_factor = FeatureBuilder(job, emu_catalog, LinkScale(emulated_mixed_ring=(1.0, 0.5)))
+    without = FeatureBuilder(job, emu_catalog, LinkScale())
+    mix, same = (parse_config(c).resolved(emu_catalog) for c in ("2xemu.cpu+1xemu.small", "2xemu.cpu"))
+    slow = with_factor.estimate(mix, 8).features["log_allreduce_ms"]
+    assert slow > without.estimate(mix, 8).features["log_allreduce_ms"]
+    assert with_factor.estimate(same, 8).sim_ms == without.estimate(same, 8).sim_ms  # one rate: untouched
+
+
 def test_sustained_goodput_is_measured_per_link_rate_interpolated_and_extrapolated(emu_catalog: Any) -> None:
     from srifty.features import TBF_GOODPUT, CollectivePoint, LinkScale, hardware_of
     from srifty.model import BULK_SWEEP_BYTES, fit_emulated_goodput_by_rate
