@@ -133,6 +133,16 @@ def fit_emulated_links(points: Sequence[CollectivePoint]) -> tuple[float, float,
     return goodput, float(max(alpha_ms * 1e3, 1.0)), len(pts)
 
 
+def _inverse_goodput(pts: Sequence[CollectivePoint], latency_us: float) -> float:
+    """1 / goodput of the α–β ring formula on ``pts`` with the per-step latency fixed, least
+    squares on relative error (not positive when the points cannot give one)."""
+    import numpy as np
+
+    t, x1, x2 = _ring_terms(pts)
+    x1, rest = x1 / t, 1.0 - x2 * latency_us / 1e3 / t
+    return float(np.sum(x1 * rest) / np.sum(x1 ** 2))
+
+
 def fit_emulated_mixed_ring(points: Sequence[CollectivePoint], scale: LinkScale) -> tuple[float, float]:
     """``LinkScale.emulated_mixed_ring`` from the sweeps of rings that mix link rates: for each
     such sweep, the goodput of its slowest link (the α–β formula with ``scale``'s per-step
@@ -147,9 +157,7 @@ def fit_emulated_mixed_ring(points: Sequence[CollectivePoint], scale: LinkScale)
             by_config.setdefault(p.config, []).append(p)
     ratios: dict[bool, list[float]] = {False: [], True: []}
     for pts in by_config.values():
-        t, x1, x2 = _ring_terms(pts)
-        x1, rest = x1 / t, 1.0 - x2 * scale.emulated_latency_us / 1e3 / t
-        inv_g = float(np.sum(x1 * rest) / np.sum(x1 ** 2))
+        inv_g = _inverse_goodput(pts, scale.emulated_latency_us)
         if inv_g > 0:
             alone = scale.emulated_goodput_at(pts[0].bottleneck_mbit)
             ratios[pts[0].slowest_hosts >= 2].append(_bounded_goodput(inv_g) / alone)
@@ -162,8 +170,6 @@ def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: 
     """(configured Mbit/s, sustained goodput) for every bottleneck rate the sweeps measured with
     at least MIN_RATE_POINTS messages of BULK_SWEEP_BYTES or more: the goodput of the α–β
     formula with the pooled per-step latency, least squares on relative error."""
-    import numpy as np
-
     by_rate: dict[float, list[CollectivePoint]] = {}
     for p in points:
         if p.nbytes >= BULK_SWEEP_BYTES and p.world >= 2 and p.ms > 0 and not p.slowest_hosts:
@@ -172,9 +178,7 @@ def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: 
     for mbit, pts in sorted(by_rate.items()):
         if len(pts) < MIN_RATE_POINTS:
             continue
-        t, x1, x2 = _ring_terms(pts)
-        x1, rest = x1 / t, 1.0 - x2 * latency_us / 1e3 / t
-        inv_g = float(np.sum(x1 * rest) / np.sum(x1 ** 2))
+        inv_g = _inverse_goodput(pts, latency_us)
         if inv_g > 0:
             table.append((mbit, _bounded_goodput(inv_g)))
     return tuple(table)
