@@ -918,11 +918,12 @@ class FeatureBuilder:
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
             intra = self.node_intra(config.groups[0].instance_type)
-        if all(h.emulated for h in hws) and len(wpn_all) > 1:
+        emulated = all(h.emulated for h in hws)
+        if emulated and len(wpn_all) > 1:
             rates = [self.catalog.get(g.instance_type).emulation.bandwidth_mbit for g in config.groups
                      for _ in range(g.count)]
             inter = Link(inter.gbytes_per_s * self.link_scale.mixed_ring_factor(rates), inter.latency_us)
-        if all(h.emulated for h in hws) and max(wpn_all) == 1:
+        if emulated and max(wpn_all) == 1:
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
             intra = inter
@@ -936,7 +937,7 @@ class FeatureBuilder:
                                               self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
                                               optimizer_ms=post, overlap_slowdown=(
                                                   self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
-                                                  if all(h.emulated for h in hws) else 0.0),
+                                                  if emulated else 0.0),
                                               hierarchical=all(h.hierarchical_allreduce for h in hws))
             if self.grad_bytes_estimated and sum(wpn_all) > 1:
                 notes.append(gradient_estimated_note(gb))
@@ -967,7 +968,7 @@ class FeatureBuilder:
             "gpu_fp32_tflops": slow.fp32_tflops if slow.fp32_tflops else float("nan"),
             "gpu_mem_gbytes_per_s": slow.mem_gbytes_per_s if slow.mem_gbytes_per_s else float("nan"),
             "transferred": float(transferred),
-            "emulated": float(all(h.emulated for h in hws)),  # selects the residual model's regime
+            "emulated": float(emulated),  # selects the residual model's regime
             "cpu_load": (sum(h.cpu_share * g.count for h, g in zip(hws, config.groups)) / self.job.machine_cores
                          if all(h.emulated and h.cpu_share for h in hws) and self.job.machine_cores else float("nan")),
         }
