@@ -32,6 +32,19 @@ def test_goodput_of_the_slowest_link() -> None:
     assert mrg.ring_goodput(_sweep([200, 200], [(eight, 400.0)]), min_bytes=4 << 20)["mixed"] is False
 
 
+def test_goodput_by_class_is_the_median_over_each_class_and_size() -> None:
+    eight = 8 << 20
+    ideal_ms = 2 * 2 / 3 * eight * 8 / 50e6 * 1e3  # three hosts, slowest at 50 Mbit/s
+    sweeps = [mrg.goodputs(_sweep(rates, [(eight, ideal_ms / g)]), 1 << 20)
+              for rates, g in (([50, 50, 200], 0.7), ([50, 50, 800], 0.8), ([50, 50, 400], 0.75),
+                               ([50, 200, 200], 0.9), ([50, 50, 50], 0.95))]
+    rows = mrg.by_class(sweeps)
+    assert [(r["class"], r["sweeps"]) for r in rows] == [("one rate", 1), ("mixed, one host at the slowest rate", 1),
+                                                         ("mixed, two or more at the slowest rate", 3)]
+    assert [r["goodput"] for r in rows] == pytest.approx([0.95, 0.9, 0.75])
+    assert all(r["mib"] == 8 and r["slowest_mbit"] == 50 for r in rows)
+
+
 def test_the_committed_sweeps_are_below_their_link_rate() -> None:
     from srifty.profile import load
 
