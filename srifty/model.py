@@ -8,7 +8,7 @@
    quantile models (loss='quantile') give an interval.
 3. :class:`Predictor` bundles both with the training metadata and answers predictions for
    a job; :func:`save` / :func:`load` persist it with ``skops.io`` (never pickle): loading
-   accepts only scikit-learn / numpy types.
+   builds only the exact types of MODEL_FILE_TYPES (srifty.safe_skops).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from srifty import __version__
+from srifty import __version__, safe_skops
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
 from srifty.features import (FEATURES, INTER_LATENCY_US, LOOSE_PROFILE_CI, REGIME_FEATURES, RESIDUAL_FEATURES, TBF_GOODPUT,
@@ -861,48 +861,29 @@ class Predictor:
 # --------------------------------------------------------------------------- persistence
 
 
-TRUSTED_PREFIXES = ("sklearn.", "numpy.", "builtins.", "collections.")
-
-
-class _NoTorch:
-    """A meta-path finder that refuses to import torch (see :func:`_skops_io`)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"{name} is not imported while skops loads (srifty.model._skops_io)")
-        return None
-
-
-def _skops_io() -> Any:
-    """``skops.io``, imported without importing torch.
-
-    skops builds its trusted-type list with ``sklearn.utils.all_estimators()``, whose
-    ``pkgutil.walk_packages`` imports every sklearn package on the way, including
-    ``sklearn.externals.array_api_compat.torch``, which imports torch (5–10 s). No srifty model
-    holds a torch type, so while skops is first imported a meta-path finder refuses torch
-    (walk_packages skips packages that fail to import) and is removed straight after. If torch
-    is already loaded nothing is changed; a later ``import torch`` works as usual.
-    """
-    import sys
-
-    if "skops.io" in sys.modules or "torch" in sys.modules:
-        import skops.io as sio
-
-        return sio
-    guard = _NoTorch()
-    sys.meta_path.insert(0, guard)
-    try:
-        import skops.io as sio
-    finally:
-        sys.meta_path.remove(guard)
-        for name in [n for n in sys.modules if n.startswith("sklearn.externals.array_api_compat.torch")]:
-            del sys.modules[name]  # a half-imported package: let a later import start afresh
-    return sio
+_NUMPY_SCALARS = ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                  "float32", "float64")
+# The exact (skops loader, type) pairs a saved latency model holds: scikit-learn's gradient-boosted
+# trees and their losses, numpy arrays and the containers around them. Nothing else is built on load.
+MODEL_FILE_TYPES: safe_skops.AllowList = frozenset({
+    *safe_skops.pairs("JsonNode", ("builtins.str", "builtins.int", "builtins.float", "builtins.bool",
+                                   "builtins.NoneType")),
+    *safe_skops.pairs("TypeNode", ("builtins.str", "builtins.int", "builtins.float")),
+    ("DictNode", "builtins.dict"), ("ListNode", "builtins.list"), ("TupleNode", "builtins.tuple"),
+    *safe_skops.pairs("NdArrayNode", ("numpy.ndarray", *(f"numpy.{t}" for t in _NUMPY_SCALARS))),
+    *safe_skops.pairs("NumpyScalarNode", (f"numpy.{t}" for t in _NUMPY_SCALARS)),
+    ("RandomGeneratorNode", "numpy.random._generator.Generator"),
+    *safe_skops.pairs("LossNode", ("sklearn._loss._loss.CyHalfSquaredError", "sklearn._loss._loss.CyPinballLoss")),
+    *safe_skops.pairs("ObjectNode", (
+        "sklearn._loss.link.IdentityLink", "sklearn._loss.link.Interval", "sklearn._loss.loss.HalfSquaredError",
+        "sklearn._loss.loss.PinballLoss", "sklearn.ensemble._hist_gradient_boosting.binning._BinMapper",
+        "sklearn.ensemble._hist_gradient_boosting.gradient_boosting.HistGradientBoostingRegressor",
+        "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor")),
+})
 
 
 def save(predictor: Predictor, path: str | Path) -> None:
     """Write the predictor with skops (no pickle): estimators plus JSON metadata."""
-    sio = _skops_io()
 
     lm = predictor.latency
     state: dict[str, Any] = {
@@ -926,7 +907,7 @@ def save(predictor: Predictor, path: str | Path) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    sio.dump(state, str(tmp))
+    safe_skops.dump(state, tmp, MODEL_FILE_TYPES)
     card = {"data_sha256": predictor.meta.get("data_sha256"), "features": list(RESIDUAL_FEATURES),
             "code_sha256": code_sha256(),
             "allreduce_sha256": predictor.meta.get("allreduce_sha256"),
@@ -1011,23 +992,14 @@ def shipped_model() -> Path | None:
 
 
 def load(path: str | Path) -> Predictor:
-    """Load a predictor written by :func:`save`, trusting only scikit-learn and numpy types."""
+    """Load a predictor written by :func:`save`, building only the types in MODEL_FILE_TYPES."""
     import numpy as np
 
-    sio = _skops_io()
     p = Path(path)
-    if not p.exists():
-        raise ModelError(f"{p}: no such model file.", "Write one with `srifty fit --out MODEL`.")
     try:
-        untrusted = sio.get_untrusted_types(file=str(p))
-    except Exception as exc:  # noqa: BLE001 - skops raises several kinds for a bad file
-        raise ModelError(f"{p} is not a skops model file ({type(exc).__name__}: {exc}).",
-                         "Write one with `srifty fit --out MODEL`.") from None
-    bad = [t for t in untrusted if not t.startswith(TRUSTED_PREFIXES)]
-    if bad:
-        raise ModelError(f"{p} holds types srifty does not trust: {', '.join(bad)}. It was not loaded.",
-                         "Only load model files written by `srifty fit`.")
-    state = sio.load(str(p), trusted=untrusted)
+        state = safe_skops.load(p, MODEL_FILE_TYPES)
+    except safe_skops.UntrustedModelFile as exc:
+        raise ModelError(exc.message, exc.hint) from None
     if not isinstance(state, dict) or state.get("format") != "srifty-latency-model":
         raise ModelError(f"{p} is not a srifty latency model.", "Write one with `srifty fit --out MODEL`.")
     meta = json.loads(state["meta_json"])

@@ -1046,15 +1046,18 @@ def default_model_path() -> "Any":
 
 
 def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
-    """``simulator``: none (analytical simulator only); a path: that skops file; None: the
-    default model (:func:`default_model_path`), trained once on the shipped corpus
-    (profiles/pollux, profiles/lambda, profiles/emulated) and cached when the shipped one cannot be used."""
+    """``simulator``: none (analytical simulator only); a path, or $SRIFTY_MODEL: that skops file,
+    loaded as it is (never retrained over); None: the default model (:func:`default_model_path`),
+    trained once on the shipped corpus (profiles/pollux, profiles/lambda, profiles/emulated) and
+    cached when the shipped one cannot be used."""
+    import os
     from pathlib import Path
 
     from srifty import model as model_mod
 
     if model == "simulator":
         return None
+    model = model or os.environ.get("SRIFTY_MODEL") or None
     if model:
         return model_mod.load(model)
     path = default_model_path()
