@@ -31,8 +31,7 @@ import psutil
 
 from srifty import hostinfo, profile
 from srifty.errors import ProfilingFailed, SriftyError
-
-RUN_ID_ENV = "SRIFTY_RUN_ID"
+from srifty.profiling.parentwatch import RUN_ID_ENV, Watchdog, child_dies_with_us, kill_run_processes
 
 
 def _matmul_tf32(model: dict[str, Any]) -> bool:
@@ -204,39 +203,6 @@ def read_rank_records(run_dir: str, prefix: str = "rank") -> list[dict[str, Any]
     return [r for r in map(read_record, paths) if r is not None]
 
 
-def kill_run_processes(run_id: str, known: set[int] | None = None, grace_s: float = 3.0) -> int:
-    """Terminate every process started for ``run_id`` (known pids + any carrying its env tag)."""
-    victims: dict[int, psutil.Process] = {}
-    for pid in known or set():
-        try:
-            victims[pid] = psutil.Process(pid)
-        except psutil.Error:
-            pass
-    me = os.getpid()
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == me or proc.pid in victims:
-            continue
-        try:
-            if proc.environ().get(RUN_ID_ENV) == run_id:
-                victims[proc.pid] = proc
-        except psutil.Error:
-            continue
-    alive = [p for p in victims.values() if p.is_running()]
-    for p in alive:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, still = psutil.wait_procs(alive, timeout=grace_s)
-    for p in still:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(still, timeout=grace_s)
-    return len(alive)
-
-
 class Supervisor:
     """Runs a plan's processes and watches them until they end, hang or run out of time."""
 
@@ -248,7 +214,11 @@ class Supervisor:
         self.seen_pids: set[int] = set()
 
     def _spawn(self) -> None:
+        """Start the plan's commands, each in a session of its own (a Ctrl-C reaches srifty only,
+        which stops them in order), armed to get SIGTERM should srifty die first (torchrun then
+        stops its workers; see srifty.profiling.parentwatch)."""
         log = open(self.log_path, "ab")
+        arm = child_dies_with_us(signal.SIGTERM)
         try:
             for cmd in self.plan.commands:
                 env = dict(os.environ)
@@ -262,6 +232,7 @@ class Supervisor:
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
+                        preexec_fn=arm,
                     )
                 )
         finally:
@@ -284,13 +255,17 @@ class Supervisor:
         hard_limit: float,
         progress: ProgressFn | None = None,
     ) -> RunOutcome:
-        """Run until all processes exit. ``poll`` returns {'iterations': n, 'done': bool}."""
+        """Run until all processes exit. ``poll`` returns {'iterations': n, 'done': bool}.
+
+        Call it in the thread that should own the processes: they are armed to stop when that
+        thread ends, and a watchdog stops them if srifty is killed before its clean-up runs."""
         t0 = time.monotonic()
         reason: str | None = None
         signum = int(signal.SIGINT)
         last_count, last_change = -1, t0
-        self._spawn()
+        watchdog = Watchdog(self.run_id)
         try:
+            self._spawn()
             while True:
                 self._track_children()
                 codes = [p.poll() for p in self.procs]
@@ -339,6 +314,9 @@ class Supervisor:
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:  # pragma: no cover - killed above
                     pass
+            # not reached if the clean-up is cut short (a second Ctrl-C): srifty then exits
+            # unreleased, and the watchdog stops what is left
+            watchdog.release()
         tail = ""
         try:
             tail = Path(self.log_path).read_text(errors="replace")[-6000:]

@@ -13,7 +13,7 @@ import runpy
 import signal
 import sys
 
-from srifty.profiling import instrument
+from srifty.profiling import instrument, parentwatch
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = instrument.WorkerSettings.from_env()
     recorder = instrument.install(settings)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # torchrun starts each rank in a session of its own: should torchrun be killed outright, the
+    # rank gets SIGTERM (flush, exit) rather than training on, orphaned
+    if not parentwatch.die_with_parent(signal.SIGTERM):
+        _on_sigterm(signal.SIGTERM, None)
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     status = 0
