@@ -464,8 +464,35 @@ def _read_catalog_csv(path: Path) -> "pd.DataFrame":
                 "interruption_bucket", "region"):
         df[col] = df[col].fillna("").astype(str)
     for col in NUMERIC_COLUMNS:
-        df[col] = pd.to_numeric(df[col], errors="coerce")
+        df[col] = _numeric_column(df, col, path)
     return df
+
+
+# Catalog columns that count things: whole numbers.
+WHOLE_COLUMNS = {"gpu_count", "accelerator_count", "vcpus", "efa_interfaces", "spot_zones"}
+PRICE_COLUMNS = {"ondemand_usd_per_hour", "spot_min_usd_per_hour", "spot_median_usd_per_hour"}
+
+
+def _numeric_column(df: "pd.DataFrame", col: str, path: Path) -> "pd.Series":
+    """``df[col]`` as numbers; a cell that is not blank and not a finite number >= 0 (a whole one
+    for counts) raises one error naming its line, instead of becoming NaN or a negative price."""
+    import pandas as pd
+
+    values = pd.to_numeric(df[col], errors="coerce")
+    given = df[col].notna() & (df[col].astype(str).str.strip() != "")
+    finite = values.apply(lambda x: x == x and math.isfinite(x))
+    bad = given & ~(finite & ((values > 0) if col in PRICE_COLUMNS else (values >= 0)))
+    if col in WHOLE_COLUMNS:
+        bad |= given & values.notna() & (values != values.round())
+    if bad.any():
+        first = int(bad.to_numpy().nonzero()[0][0])
+        kind = ("a whole number >= 0" if col in WHOLE_COLUMNS else
+                "a price above 0" if col in PRICE_COLUMNS else "a finite number >= 0")
+        raise SriftyError(
+            f"{path} line {first + 2} ({df['instance_type'].iloc[first]}): {col} must be {kind} or blank, got "
+            f"{str(df[col].iloc[first])!r} ({int(bad.sum())} such cell(s) in that column).",
+            "Fix the file, or rebuild it with `srifty catalog refresh`.")
+    return values
 
 
 def _add_interruption_rates(df: "pd.DataFrame") -> "pd.DataFrame":

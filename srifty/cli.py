@@ -15,7 +15,9 @@ from typing import Any
 import click
 
 from srifty import __version__
+from srifty.commands import params
 from srifty.errors import SriftyError, exit_interrupted, terminate_as_interrupt
+from srifty.outputs import Input, Output, check_writable, refuse_clobbering
 
 EPILOG_PROFILE = """\b
 Examples:
@@ -106,18 +108,18 @@ def cli(ctx: click.Context, debug: bool) -> None:
 )
 @click.argument("script", required=False, type=click.Path(dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--nproc", type=int, default=1, show_default=True, help="Workers (torchrun processes) per host.")
+@click.option("--nproc", type=params.WORKERS, default=1, show_default=True, help="Workers (torchrun processes) per host.")
 @click.option("--batch-size", "batch_sizes", help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE; "
               "several, comma-separated, profile each into the directory --out.")
 @click.option("--pass-batch-arg", is_flag=True, help="Also append '--batch-size N' to the script's arguments.")
-@click.option("--max-seconds", type=float, default=30.0, show_default=True, help="Cap on measuring time (after start-up).")
-@click.option("--max-iterations", type=int, default=2000, show_default=True, help="Cap on measured iterations.")
-@click.option("--min-iterations", type=int, default=20, show_default=True, help="Steady iterations needed before stopping.")
-@click.option("--target-ci", type=float, default=0.02, show_default=True,
+@click.option("--max-seconds", type=params.positive(), default=30.0, show_default=True, help="Cap on measuring time (after start-up).")
+@click.option("--max-iterations", type=params.whole(), default=2000, show_default=True, help="Cap on measured iterations.")
+@click.option("--min-iterations", type=params.whole(), default=20, show_default=True, help="Steady iterations needed before stopping.")
+@click.option("--target-ci", type=params.fraction(), default=0.02, show_default=True,
               help="Stop when the median iteration time's 95%% CI half-width is below this fraction.")
-@click.option("--hang-timeout", type=float, default=120.0, show_default=True,
+@click.option("--hang-timeout", type=params.positive(), default=120.0, show_default=True,
               help="Seconds without a finished iteration before the workers count as hung.")
-@click.option("--startup-timeout", type=float, default=180.0, show_default=True,
+@click.option("--startup-timeout", type=params.positive(), default=180.0, show_default=True,
               help="Seconds allowed before the first iteration finishes.")
 @click.option("--backend", default="local", show_default=True,
               help="Where workers run: local (this machine) or emulated (namespaced hosts, needs root).")
@@ -130,21 +132,21 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="'cpu' forces CPU workers even where a GPU exists.")
 @click.option("--collectives", is_flag=True, help="Run the allreduce microbenchmark instead of a script.")
 @click.option("--world-sizes", default="", help="With --collectives: comma-separated world sizes (default: --nproc).")
-@click.option("--max-bytes", type=int, default=64 * 1024 * 1024, show_default=True, help="With --collectives: largest message.")
-@click.option("--repeats", type=int, default=10, show_default=True, help="With --collectives: timed repeats per size.")
+@click.option("--max-bytes", type=params.whole(), default=64 * 1024 * 1024, show_default=True, help="With --collectives: largest message.")
+@click.option("--repeats", type=params.whole(), default=10, show_default=True, help="With --collectives: timed repeats per size.")
 @click.option("--out", "-o", type=click.Path(), help="Profile file to write (default: <model>.profile.json); with "
               "several batch sizes, a directory (default: <model>/).")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile's summary as JSON on stdout.")
 @click.option("--dry-run", is_flag=True, help="Print the commands that would run, and run nothing.")
 @click.option("--instance-types", default="", help="With --backend ec2: comma-separated EC2 types, profiled in parallel.")
 @click.option("--spot", is_flag=True, help="With --backend ec2: spot instances (a lost run is retried once on-demand).")
-@click.option("--nodes", type=int, default=1, show_default=True, help="With --backend ec2: instances per type (c10d rendezvous).")
+@click.option("--nodes", type=params.NODES, default=1, show_default=True, help="With --backend ec2: instances per type (c10d rendezvous).")
 @click.option("--region", help="With --backend ec2: AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
-@click.option("--max-cost", type=float, help="With --backend ec2: refuse to launch when the estimated cost (USD) is above this.")
+@click.option("--max-cost", type=params.non_negative(), help="With --backend ec2: refuse to launch when the estimated cost (USD) is above this.")
 @click.option("--s3-uri", help="With --backend ec2: s3://bucket/prefix for inputs and profiles (default: a private srifty bucket).")
 @click.option("--ami", help="With --backend ec2: AMI id (default: newest AWS Deep Learning AMI with PyTorch).")
 @click.option("--instance-profile", help="With --backend ec2: IAM instance profile that lets the instances use the S3 prefix.")
-@click.option("--time-cap", type=float, help="With --backend ec2: seconds after boot before an instance is terminated "
+@click.option("--time-cap", type=params.positive(), help="With --backend ec2: seconds after boot before an instance is terminated "
               "(default: startup + max + hang timeouts).")
 @click.option("--requirements", type=click.Path(dir_okay=False, exists=True),
               help="With --backend ec2: requirements file to install (default: requirements.txt next to SCRIPT).")
@@ -231,6 +233,11 @@ def profile_cmd(
                               f"Give a directory, e.g. --out {folder.with_suffix('')}/.")
         label = (hosts or instance_type).replace(",", "+").replace(":", "x")
         outs = [str(folder / f"{label}-b{r.batch_size}.json") for r in requests]
+    out_files = [Output(path, "--out") for path in outs]
+    refuse_clobbering(out_files, [Input(script or "", "the script"), Input(requirements or "", "--requirements"),
+                                  Input(spec if backend == "emulated" else "", "--spec")])
+    for o in out_files:
+        check_writable(o)
     summaries, written = [], []
     for request, path in zip(requests, outs):
         if len(requests) > 1:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from srifty.errors import SriftyError
+from srifty.outputs import save_figure
 
 OBJECTIVES = ("throughput", "cost", "cost-per-sample")
 
@@ -793,8 +794,7 @@ def plot(ev: Evaluation, path: str) -> None:
     b.set_title("cost vs throughput (dotted: constraints)")
     b.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 

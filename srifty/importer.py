@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from srifty import __version__
 from srifty.errors import SriftyError
@@ -112,8 +112,12 @@ def _parse_row(line: int, rec: dict[str, str]) -> TraceRow:
                     _opt_int(rec.get("grad_bytes") or "", "grad_bytes"), precision)
 
 
-def read_trace(path: str | Path, skip_bad: bool = False) -> Trace:
-    """Read and check a trace CSV; bad rows raise one error listing them (or are returned with skip_bad)."""
+def read_trace(path: str | Path, skip_bad: bool = False,
+               slots: Callable[[str], int | None] = lambda instance_type: None) -> Trace:
+    """Read and check a trace CSV; bad rows raise one error listing them (or are returned with skip_bad).
+
+    ``slots(instance_type)``: the GPUs (worker slots) a node of that type has, where known; a
+    placement that puts more workers on one node is a bad row."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -134,7 +138,12 @@ def read_trace(path: str | Path, skip_bad: bool = False) -> Trace:
         if all(not (v or "").strip() for k, v in rec.items() if k is not None):
             continue  # blank line
         try:
-            trace.rows.append(_parse_row(i, rec))
+            row = _parse_row(i, rec)
+            most = slots(row.instance_type)
+            if most is not None and max(row.workers_per_node) > most:
+                raise ValueError(f"placement {rec.get('placement')!r} puts {max(row.workers_per_node)} workers on a "
+                                 f"node of {row.instance_type}, which has {most} GPU(s)")
+            trace.rows.append(row)
         except (ValueError, TypeError) as exc:
             trace.bad_rows.append((i, str(exc)))
     if trace.bad_rows and not skip_bad:
@@ -243,18 +252,73 @@ class ImportResult:
     rows: int
     bad_rows: list[tuple[int, str]]
     notes: list[str] = field(default_factory=list)  # what the written profiles cannot support
+    merged: list[str] = field(default_factory=list)  # profiles that already held runs, now with the new ones too
 
 
-def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False) -> ImportResult:
-    """Read ``path`` and write ``out_dir/<model>/<instance_type>.json`` for every group."""
+def _earlier_rows(doc: dict[str, Any]) -> list[TraceRow]:
+    """The runs of an imported profile, as trace rows to import again with new ones."""
+    job = doc.get("job") or {}
+    model, itype = job.get("model"), doc["cluster"]["instance_types"][0]
+    return [TraceRow(int(r.get("line") or 1), model, itype, tuple(r["workers_per_node"]), int(r["local_batch_size"]),
+                     float(r["step_time_ms"]) / 1e3,
+                     None if r.get("sync_time_ms") is None else float(r["sync_time_ms"]) / 1e3,
+                     job.get("param_count"), job.get("grad_bytes"), job.get("precision"))
+            for r in doc.get("runs") or []]
+
+
+def _same_run(r: TraceRow) -> tuple[Any, ...]:
+    return (r.workers_per_node, r.local_batch_size, round(r.step_time_s, 9),
+            None if r.sync_time_s is None else round(r.sync_time_s, 9))
+
+
+def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False, replace: bool = False,
+                 slots: Callable[[str], int | None] = lambda instance_type: None) -> ImportResult:
+    """Read ``path`` and write ``out_dir/<model>/<instance_type>.json`` for every group.
+
+    A profile already there that was imported gets the new runs added to its own (a run measured
+    twice, same placement, batch and times, is kept once), unless ``replace``; a profile that
+    ``srifty profile`` recorded is never replaced without ``replace``. Nothing is written until
+    every group has been checked."""
     from srifty import profile as profile_mod
 
-    trace = read_trace(path, skip_bad=skip_bad)
-    written, notes = [], []
-    for (model, itype), doc in build_profiles(trace).items():
+    trace = read_trace(path, skip_bad=skip_bad, slots=slots)
+    source = Path(path).resolve()
+    groups: dict[tuple[str, str], list[TraceRow]] = defaultdict(list)
+    for r in trace.rows:
+        groups[(r.model, r.instance_type)].append(r)
+    earlier: dict[tuple[str, str], dict[str, Any]] = {}
+    for key in groups:
+        target = Path(out_dir) / key[0] / f"{key[1]}.json"
+        if target.resolve() == source:
+            raise TraceError(f"Importing {path} would write {target}, the trace itself. Nothing was written.",
+                             "Give --out another directory.")
+        if not target.exists() or replace:
+            continue
+        old = profile_mod.load(target).doc
+        if old.get("stop_reason") != "imported":
+            raise TraceError(f"{target} holds a profile that `srifty profile` recorded ({key[0]} on {key[1]}); "
+                             "importing would replace it. Nothing was written.",
+                             "Give --out another directory, or pass --replace to replace it.")
+        earlier[key] = old
+    merged_rows: list[TraceRow] = []
+    for key, rows in groups.items():
+        before = _earlier_rows(earlier[key]) if key in earlier else []
+        have = {_same_run(r) for r in before}
+        merged_rows += before + [r for r in rows if _same_run(r) not in have]
+    combined = Trace(trace.path, trace.sha256, merged_rows, trace.bad_rows)
+    docs = build_profiles(combined)
+    written, notes, merged = [], [], []
+    for (model, itype), doc in docs.items():
         target = Path(out_dir) / model / f"{itype}.json"
+        if (model, itype) in earlier:
+            before = earlier[(model, itype)].get("import") or {}
+            doc["import"]["earlier"] = [*(before.get("earlier") or []),
+                                        {k: before.get(k) for k in ("source", "sha256", "rows")}]
+            doc["warnings"].append(f"Runs merged with the {len(earlier[(model, itype)].get('runs') or [])} imported "
+                                   f"before from {before.get('source')}: {len(doc['runs'])} in all.")
+            merged.append(str(target))
         profile_mod.save(doc, target)
         written.append(str(target))
         if unknown_gradient_note(model, itype) in doc["warnings"]:
             notes.append(unknown_gradient_note(model, itype))
-    return ImportResult(written, len(trace.rows), trace.bad_rows, notes)
+    return ImportResult(written, len(trace.rows), trace.bad_rows, notes, merged)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from srifty import __version__, stats
 from srifty.errors import ProfileFormatError
+from srifty.outputs import as_created
 
 SCHEMA_VERSION = 1
 COMPONENTS = ("forward_ms", "backward_ms", "backward_compute_ms", "exposed_comm_ms", "optimizer_ms", "other_ms")
@@ -76,6 +78,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        as_created(tmp)
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -147,18 +150,36 @@ class Profile:
         return summary.get("throughput_samples_per_s")
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"holds {name}, which is not a measurement (JSON has no NaN or infinities)")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"holds {text}, too large to be a measurement")
+    return x
+
+
 def load(path: str | os.PathLike[str]) -> Profile:
     """Load and validate one profile file."""
     p = Path(path)
     if not p.exists():
         raise ProfileFormatError(f"{p}: no such profile file.", "Check the path, or record one with `srifty profile`.")
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(p.read_bytes().decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+    except OSError as exc:
+        raise ProfileFormatError(f"{p}: cannot be read ({exc.strerror}).", "Check the path and its permissions.") from None
+    except UnicodeDecodeError:
+        raise ProfileFormatError(f"{p}: not a profile (not UTF-8 text).",
+                                 "Give a JSON file written by `srifty profile` or `srifty import`.") from None
     except json.JSONDecodeError as exc:
         raise ProfileFormatError(
             f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).",
             "The file may be truncated or hand-edited; re-record it with `srifty profile`.",
         ) from None
+    except ValueError as exc:  # NaN or an infinity, which JSON does not have
+        raise ProfileFormatError(f"{p}: {exc}.", "Every figure in a profile is a finite number; re-record it.") from None
     validate(doc, str(p))
     return Profile(doc=doc, path=str(p))
 
@@ -168,8 +189,9 @@ def load_many(paths: Sequence[str | os.PathLike[str]]) -> list[Profile]:
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*.json") if not q.name.startswith("."))
+        if p.is_dir():  # partial runs kept beside a complete profile are read only when named
+            found = sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")
+                           and not q.name.endswith(PARTIAL_SUFFIX))
             if not found:
                 raise ProfileFormatError(f"{p}: directory holds no profile (*.json) files.")
             files.extend(found)
@@ -273,3 +295,22 @@ def environment_info(torch_version: str | None = None, nccl: str | None = None) 
         "nccl": nccl,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
+
+
+PARTIAL_SUFFIX = ".partial.json"
+
+
+def save_partial(doc: dict[str, Any], out: str | os.PathLike[str]) -> str:
+    """Write a partial profile (a run that did not finish) where it loses nothing: at ``out``,
+    unless ``out`` already holds a complete profile, which stays, and the partial one goes beside
+    it as ``<name>.partial.json`` (left out when the directory is read as a corpus). Returns the
+    path written."""
+    target = Path(out)
+    try:
+        keep = target.exists() and json.loads(target.read_text()).get("status") == "complete"
+    except (OSError, ValueError, AttributeError):
+        keep = False
+    if keep:
+        target = target.with_name(target.name.removesuffix(".json") + PARTIAL_SUFFIX)
+    save(doc, target)
+    return str(target)

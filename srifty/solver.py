@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Market
+from srifty.configspec import MAX_SEARCH_NODES
 from srifty.errors import SriftyError
 from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
 from srifty.model import MODEL_CODE, LatencyModel
@@ -96,12 +97,21 @@ class Constraints:
     def validate(self) -> None:
         for name in ("budget_per_hour", "total_budget", "min_throughput", "deadline_hours", "samples"):
             v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise SriftyError(f"--{name.replace('_per_hour', '').replace('_', '-')} must be positive, got {v}.")
-        if self.max_nodes < 1:
-            raise SriftyError(f"--max-nodes must be at least 1, got {self.max_nodes}.")
-        if self.max_types < 1:
-            raise SriftyError(f"--max-types must be at least 1, got {self.max_types}.")
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise SriftyError(f"--{name.replace('_per_hour', '').replace('_', '-')} must be a positive "
+                                  f"finite number, got {v}.")
+        for name in ("max_interruption", "checkpoint_interval_h", "restart_overhead_h"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise SriftyError(f"--{name.removesuffix('_h').replace('_', '-')} must be a finite number >= 0, "
+                                  f"got {v}.")
+        if not 1 <= self.max_nodes <= MAX_SEARCH_NODES:
+            raise SriftyError(f"--max-nodes must be between 1 and {MAX_SEARCH_NODES}, got {self.max_nodes}.")
+        if self.max_types not in (1, 2):
+            raise SriftyError(f"--max-types must be 1 or 2, got {self.max_types}.")
+        for name, v in (("--global-batch-size", self.global_batch_size), ("--batch-size", self.local_batch_size)):
+            if v is not None and not v >= 1:
+                raise SriftyError(f"{name} must be at least 1 sample, got {v}.")
         if self.deadline_hours is not None and self.samples is None:
             raise SriftyError("--deadline needs the job size.",
                               "Give --samples N, or --epochs E with --dataset-size N.")
@@ -688,6 +698,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
 
     c = constraints
     c.validate()
+    if top < 1:
+        raise SriftyError(f"--top must be at least 1, got {top}.")
     t_start = time.perf_counter()
     obj, reason = choose_objective(c, objective)
     offers, notes = build_offers(catalog, c)

@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from srifty.errors import SriftyError
 from srifty.features import CollectivePoint, JobProfile, Run, run_config
 from srifty.gpuspeed import SingleGpuRate, read_lambda_single_gpu
 from srifty.model import MIN_RESIDUAL_ROWS, NCCL_MIN_BYTES, NO_RESIDUAL_HALF_WIDTH, AllreduceRow, CommModel, LatencyModel, table_for
+from srifty.outputs import save_figure
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -470,8 +472,7 @@ def write_plot(report: ValidationReport, path: str | Path) -> None:
         ax.set_ylabel("predicted ms")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -941,8 +942,6 @@ def render_readme_table(report: ValidationReport, checks: Sequence[AllreduceChec
 
 def replace_readme_table(readme: str, table: str) -> str:
     """``readme`` with the text between README_START and README_END replaced by ``table``."""
-    from srifty.errors import SriftyError
-
     start, end = readme.find(README_START), readme.find(README_END)
     if start < 0 or end < start:
         raise SriftyError("The README has no generated accuracy table to replace.",

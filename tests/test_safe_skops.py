@@ -100,3 +100,16 @@ def test_files_that_are_not_skops_get_a_clear_error(tmp_path: Path, content: byt
     path.write_bytes(content)
     with pytest.raises(m.ModelError, match="not a skops model file"):
         m.load(path)
+
+
+def test_no_source_file_deserialises_code() -> None:
+    """The promise of docs/SECURITY.md, checked on the source: no pickle, no unsafe YAML, no
+    torch.load, no eval/exec, numpy loads with allow_pickle=False."""
+    import re
+
+    risky = re.compile(r"\bimport pickle\b|\bpickle\.loads?\(|yaml\.(?:load|unsafe_load|full_load)\(|torch\.load\("
+                       r"|(?<![\w.])(?:eval|exec)\(|np\.load\((?![^)]*allow_pickle=False)")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "srifty").rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), start=1) if risky.search(line)]
+    assert not found, found

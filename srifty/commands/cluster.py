@@ -12,6 +12,8 @@ from dataclasses import asdict
 
 import click
 
+from srifty.commands import params
+
 DEFAULT_SPEC = "configs/emulated.yaml"
 
 EPILOG = """\b
@@ -118,8 +120,8 @@ def status_cmd(as_json: bool, cluster_name: str) -> None:
 
 
 @cluster.command("calibrate", epilog=EPILOG)
-@click.option("--repeats", type=int, default=3, show_default=True, help="Interleaved repeats per host type.")
-@click.option("--iterations", type=int, default=1_500_000, show_default=True, help="Loop iterations per run.")
+@click.option("--repeats", type=params.whole(), default=3, show_default=True, help="Interleaved repeats per host type.")
+@click.option("--iterations", type=params.whole(), default=1_500_000, show_default=True, help="Loop iterations per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the factors as JSON.")
 @cluster_option
 def calibrate_cmd(repeats: int, iterations: int, as_json: bool, cluster_name: str) -> None:
@@ -139,7 +141,7 @@ def calibrate_cmd(repeats: int, iterations: int, as_json: bool, cluster_name: st
 
 
 @cluster.command("check", epilog=EPILOG)
-@click.option("--seconds", type=float, default=1.0, show_default=True,
+@click.option("--seconds", type=params.positive(), default=1.0, show_default=True,
               help="Target length of each transfer at the configured rate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the transfers as JSON.")
 @cluster_option

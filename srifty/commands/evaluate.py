@@ -8,7 +8,9 @@ import sys
 
 import click
 
+from srifty.commands import params
 from srifty.errors import SriftyError
+from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering
 
 
 @click.command("evaluate", epilog="""\b
@@ -26,10 +28,10 @@ settings reuse the measured table.""")
 @click.option("--case", "cases", multiple=True,
               help="A constraint setting: budget=N ($/h), min_throughput=N (samples/s), objective=throughput|cost|"
                    "cost-per-sample, joined by commas. Repeat for several. Default: highest throughput.")
-@click.option("--batch-size", type=int, required=True, help="Per-worker batch size to evaluate at.")
+@click.option("--batch-size", type=params.BATCH, required=True, help="Per-worker batch size to evaluate at.")
 @click.option("--types", help="Comma-separated host types to consider (default: every type in --spec).")
-@click.option("--max-hosts", type=int, default=3, show_default=True, help="Most hosts in a configuration.")
-@click.option("--max-seconds", type=float, default=8.0, show_default=True, help="Measuring time per run.")
+@click.option("--max-hosts", type=params.whole(1, 64), default=3, show_default=True, help="Most hosts in a configuration.")
+@click.option("--max-seconds", type=params.positive(), default=8.0, show_default=True, help="Measuring time per run.")
 @click.option("--work-dir", default="runs/evaluate", show_default=True, type=click.Path(file_okay=False),
               help="Where runs are cached.")
 @click.option("--corpus", multiple=True, help="Training corpora for the latency model (default: the shipped ones).")
@@ -53,6 +55,13 @@ def evaluate(script: str, spec: str, cases: tuple[str, ...], batch_size: int, ty
                           "(network namespaces, tc, cgroups).", "Run it as root (e.g. with sudo).")
     if max_hosts < 1:
         raise SriftyError(f"--max-hosts must be at least 1 (got {max_hosts}).")
+    if plot_path:
+        check_plot_format(plot_path)
+    outputs = [o for o in (Output(report or "", "--report"), Output(plot_path or "", "--plot")) if o.path]
+    refuse_clobbering(outputs, [Input(script, "the script"), Input(spec, "--spec"), Input(compare_path or "", "--compare"),
+                                *(Input(c, "--corpus") for c in corpus)])
+    for o in outputs:
+        check_writable(o)
     parsed = [ev_mod.Case.parse(c) for c in cases] or [ev_mod.Case()]
     previous = None
     if compare_path:

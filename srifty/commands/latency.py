@@ -12,7 +12,9 @@ from pathlib import Path
 
 import click
 
+from srifty.commands import params
 from srifty.errors import SriftyError
+from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering
 
 
 def _warn(msg: str) -> None:
@@ -26,18 +28,30 @@ Examples:
 
 Columns: model, instance_type, placement, local_batch_size, step_time_s; optional
 sync_time_s, param_count, grad_bytes, precision. placement = workers per node joined by
-'+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json. Give param_count (or
+'+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json; a profile imported there
+before keeps its runs and gains the new ones (--replace starts afresh). Give param_count (or
 grad_bytes): without it, or a one-node multi-worker row with sync_time_s, communication
 cannot be simulated and multi-worker predictions get a wide interval and a warning.
 """)
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the profiles.")
 @click.option("--skip-bad", is_flag=True, help="Import the good rows and list the bad ones (instead of failing).")
-def import_cmd(trace: str, out_dir: str, skip_bad: bool) -> None:
+@click.option("--replace", is_flag=True, help="Replace profiles already in DIR (default: add the runs to imported "
+              "ones, refuse to touch recorded ones).")
+def import_cmd(trace: str, out_dir: str, skip_bad: bool, replace: bool) -> None:
     """Turn a CSV trace of measured runs into profiles (one per model and instance type)."""
+    from srifty.catalog import Catalog
     from srifty.importer import import_trace
 
-    result = import_trace(trace, out_dir, skip_bad=skip_bad)
+    cat = Catalog.default()
+
+    def gpu_slots(instance_type: str) -> int | None:  # GPU types the catalog knows: one worker per GPU
+        it = cat.get(instance_type) if cat.has(instance_type) else None
+        return it.workers_per_node if it is not None and (it.gpu_count or it.accelerator_count) else None
+
+    result = import_trace(trace, out_dir, skip_bad=skip_bad, replace=replace, slots=gpu_slots)
+    for path in result.merged:
+        click.echo(f"note: {path} already held imported runs: the new ones were added to them", err=True)
     for line, why in result.bad_rows:
         click.echo(f"skipped line {line}: {why}", err=True)
     for path in result.written:
@@ -65,6 +79,9 @@ def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     paths = m.corpus_paths(corpus)
     if not paths:
         raise SriftyError("No training corpus given and none shipped found.", "Give profile directories to fit on.")
+    out_file = Output(out, "--out")
+    refuse_clobbering([out_file], [Input(p, "the corpus") for p in paths])
+    check_writable(out_file)
     jobs = load_corpus(paths)
     cat = m.catalog_for_jobs(jobs)
     pred = m.Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(paths))
@@ -103,7 +120,7 @@ Without --model the model is trained on the shipped corpus in this process (a fe
               help="A profile file, or a directory with one model's profiles (several instance types).")
 @click.option("--config", "config_text", help="Cluster configuration, e.g. 2xp3.8xlarge+1xg5.12xlarge.")
 @click.option("--configs", "configs_csv", type=click.Path(dir_okay=False), help="CSV with columns config, local_batch_size.")
-@click.option("--local-batch-size", "-b", type=int, help="Per-worker batch size (default: the profile's).")
+@click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profile's).")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="A model file from `srifty fit`.")
 @click.option("--catalog", "catalog_path", type=click.Path(), help="Catalog CSV or emulated YAML (default: EC2).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -187,6 +204,12 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     paths = m.corpus_paths(corpus)
     if not paths:
         raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
+    outputs = [o for o in (Output(out or "", "--out"), Output(plot or "", "--plot")) if o.path]
+    refuse_clobbering(outputs, [Input(p, "the corpus") for p in paths] + [Input(readme, "--readme")])
+    for o in outputs:
+        check_writable(o)
+    if plot:
+        check_plot_format(plot)
     if readme:  # no markers: say so before minutes of fitting
         v.replace_readme_table(Path(readme).read_text(), "")
     report = v.ValidationReport()

@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from srifty.commands import params
 from srifty.errors import SriftyError
+from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering, save_figure
 
 EPILOG = """\b
 Examples:
@@ -111,7 +113,7 @@ def plot_front(result: Any, path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -122,27 +124,28 @@ def plot_front(result: Any, path: str) -> None:
 @click.option("--model", "model_path", metavar="FILE|simulator",
               help="Latency model (skops file from srifty's model), or 'simulator' for the analytical simulator "
                    "alone. Default: the cached model, trained once on the shipped corpus.")
-@click.option("--budget", type=float, help="Most $ per hour.")
-@click.option("--total-budget", type=float, help="Most $ for the whole job (needs --samples or --epochs).")
-@click.option("--min-throughput", type=float, help="Least samples/s (expected, interruptions discounted).")
-@click.option("--deadline", type=float, help="Hours to finish the job (needs --samples or --epochs).")
-@click.option("--samples", type=float, help="Job size in samples.")
-@click.option("--epochs", type=float, help="Job size in epochs (with --dataset-size).")
-@click.option("--dataset-size", type=float, help="Samples per epoch.")
+@click.option("--budget", type=params.positive(), help="Most $ per hour.")
+@click.option("--total-budget", type=params.positive(), help="Most $ for the whole job (needs --samples or --epochs).")
+@click.option("--min-throughput", type=params.positive(), help="Least samples/s (expected, interruptions discounted).")
+@click.option("--deadline", type=params.positive(), help="Hours to finish the job (needs --samples or --epochs).")
+@click.option("--samples", type=params.positive(), help="Job size in samples.")
+@click.option("--epochs", type=params.positive(), help="Job size in epochs (with --dataset-size).")
+@click.option("--dataset-size", type=params.positive(), help="Samples per epoch.")
 @click.option("--objective", type=click.Choice(["throughput", "cost", "cost-per-sample"]),
               help="What to optimise (default: throughput within budget, or cost when a throughput/deadline is required).")
-@click.option("--max-nodes", type=int, default=16, show_default=True)
-@click.option("--max-types", type=int, default=2, show_default=True, help="Instance types per configuration (1 or 2).")
+@click.option("--max-nodes", type=params.SEARCH_NODES, default=16, show_default=True,
+              help="Most nodes in a configuration (up to 128).")
+@click.option("--max-types", type=params.whole(1, 2), default=2, show_default=True, help="Instance types per configuration (1 or 2).")
 @click.option("--heterogeneous/--homogeneous", default=True, show_default=True, help="Consider mixes of types.")
 @click.option("--spot/--no-spot", default=True, show_default=True, help="Allow spot instances.")
-@click.option("--max-interruption", type=float, help="Most expected interruptions per hour of the whole cluster.")
-@click.option("--checkpoint-interval", type=float, default=0.5, show_default=True, help="Hours between checkpoints.")
-@click.option("--restart-overhead", type=float, default=0.1, show_default=True, help="Hours to restart after an interruption.")
+@click.option("--max-interruption", type=params.non_negative(), help="Most expected interruptions per hour of the whole cluster.")
+@click.option("--checkpoint-interval", type=params.non_negative(), default=0.5, show_default=True, help="Hours between checkpoints.")
+@click.option("--restart-overhead", type=params.non_negative(), default=0.1, show_default=True, help="Hours to restart after an interruption.")
 @click.option("--region", help="Catalog region (default: the catalog's default).")
 @click.option("--instance-types", metavar="GLOB[,GLOB]", help="Only these instance types, e.g. 'g5.*,p3.*'.")
-@click.option("--global-batch-size", type=int, help="Keep this global batch (split across workers by speed).")
-@click.option("--batch-size", "local_batch", type=int, help="Per-worker batch (default: the profile's).")
-@click.option("--top", type=int, default=10, show_default=True, help="Rows in the ranked table.")
+@click.option("--global-batch-size", type=params.whole(1, params.MAX_BATCH * params.MAX_NODES), help="Keep this global batch (split across workers by speed).")
+@click.option("--batch-size", "local_batch", type=params.BATCH, help="Per-worker batch (default: the profile's).")
+@click.option("--top", type=params.whole(), default=10, show_default=True, help="Rows in the ranked table.")
 @click.option("--pareto", "show_pareto", is_flag=True, help="Also print the Pareto front of throughput vs $/h.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV of the ranked rows (and the front with --pareto) on stdout.")
@@ -164,6 +167,13 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
 
     if as_json and as_csv:
         raise SriftyError("Choose one of --json and --csv.")
+    if plot:
+        check_plot_format(plot)
+        refuse_clobbering([Output(plot, "--plot")], [*(Input(p, "--profile") for p in profiles),
+                                                    Input(catalog_path or "", "--catalog"),
+                                                    Input("" if model_path == "simulator" else model_path or "",
+                                                          "--model")])
+        check_writable(Output(plot, "--plot"))
     if epochs is not None or dataset_size is not None:
         if epochs is None or dataset_size is None:
             raise SriftyError("--epochs and --dataset-size go together.", "Give both, or give --samples instead.")

@@ -402,9 +402,10 @@ class ProfilingBackend(ABC):
             doc["status"] = "partial"
             doc["partial_reason"] = failure.message
             if out and doc["ranks"] and any(r["iterations"] for r in doc["ranks"]):
-                profile.save(doc, out)
-                failure.partial_path = out
-                failure.hint = (failure.hint or "") + f" The {sum(len(r['iterations']) for r in doc['ranks'])} iteration records measured are kept in {out} (marked partial)."
+                failure.partial_path = profile.save_partial(doc, out)
+                failure.hint = (failure.hint or "") + (f" The {sum(len(r['iterations']) for r in doc['ranks'])} "
+                                                       f"iteration records measured are kept in "
+                                                       f"{failure.partial_path} (marked partial).")
             raise failure
         if out:
             profile.save(doc, out)
@@ -633,8 +634,7 @@ class ProfilingBackend(ABC):
         }
         if failure is not None:
             if out and results:
-                profile.save(doc, out)
-                failure.partial_path = out
+                failure.partial_path = profile.save_partial(doc, out)
             raise failure
         if out:
             profile.save(doc, out)
