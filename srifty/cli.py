@@ -142,14 +142,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--spot", is_flag=True, help="With --backend ec2: spot instances (a lost run is retried once on-demand).")
 @click.option("--nodes", type=params.NODES, default=1, show_default=True, help="With --backend ec2: instances per type (c10d rendezvous).")
 @click.option("--region", help="With --backend ec2: AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
-@click.option("--max-cost", type=params.non_negative(), help="With --backend ec2: refuse to launch when the estimated cost (USD) is above this.")
+@click.option("--max-cost", type=params.non_negative(), help="With --backend ec2: refuse to launch when the estimated worst-case cost (USD) is above this "
+              "(default: ec2.max_cost in ~/.config/srifty/config.yaml); below it, a run off a terminal needs no --yes.")
 @click.option("--s3-uri", help="With --backend ec2: s3://bucket/prefix for inputs and profiles (default: a private srifty bucket).")
 @click.option("--ami", help="With --backend ec2: AMI id (default: newest AWS Deep Learning AMI with PyTorch).")
 @click.option("--instance-profile", help="With --backend ec2: IAM instance profile that lets the instances use the S3 prefix.")
 @click.option("--time-cap", type=params.positive(), help="With --backend ec2: seconds after boot before an instance is terminated "
               "(default: startup + max + hang timeouts).")
 @click.option("--requirements", type=click.Path(dir_okay=False, exists=True),
-              help="With --backend ec2: requirements file to install (default: requirements.txt next to SCRIPT).")
+              help="With --backend ec2: requirements file to install (default: requirements.txt next to SCRIPT, "
+              "else at the project root).")
+@click.option("--yes", "-y", is_flag=True, help="With --backend ec2: launch without asking to confirm the estimated cost.")
 @click.pass_obj
 def profile_cmd(
     obj: Context,
@@ -187,6 +190,7 @@ def profile_cmd(
     instance_profile: str | None = None,
     time_cap: float | None = None,
     requirements: str | None = None,
+    yes: bool = False,
 ) -> None:
     """Measure a real DDP training script (or the allreduce microbenchmark) and write a profile."""
     from srifty import profile as profile_mod
@@ -205,6 +209,8 @@ def profile_cmd(
                           "Run one `srifty profile` per batch size with --backend ec2 (each launches instances).")
 
     def request_for(batch_size: int | None) -> ProfileRequest:
+        from srifty.commands.ec2 import launch_prompt
+
         args = list(script_args) + (["--batch-size", str(batch_size)] if pass_batch_arg and batch_size else [])
         return ProfileRequest(
             script=script, script_args=args, nproc=nproc, batch_size=batch_size, max_seconds=max_seconds,
@@ -215,6 +221,7 @@ def profile_cmd(
             instance_types=[t.strip() for t in instance_types.split(",") if t.strip()], spot=spot, nodes=nodes,
             region=region, max_cost=max_cost, s3_uri=s3_uri, ami=ami, instance_profile=instance_profile,
             time_cap=time_cap, requirements=requirements,
+            yes=yes, confirm=launch_prompt() if backend == "ec2" else None,
         )
 
     requests = [request_for(b) for b in batches]
@@ -293,9 +300,10 @@ def _progress_reporter(request: Any) -> tuple[Any, Any]:
                    TimeElapsedColumn(), transient=True)
     total = float(request.max_iterations if request.collectives else request.min_iterations)
     task = bar.add_task("profiling", total=total, info="starting workers")
-    bar.start()
 
     def update(state: dict[str, Any]) -> None:
+        if not bar.live.is_started:  # drawn from the first report on: the EC2 backend's cost question comes first
+            bar.start()
         n = state.get("iterations", 0)
         if request.collectives:
             bar.update(task, completed=n, total=None, info=f"world size {state.get('world_size')}: {n} message sizes")
@@ -338,7 +346,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with terminate_as_interrupt():
             cli.main(args=args, prog_name="srifty", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:  # click turns a Ctrl-C (or Terminated) inside a command into Abort
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KeyboardInterrupt):
+            exit_interrupted(cause)
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:

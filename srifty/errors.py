@@ -94,6 +94,9 @@ def run_script(main: Callable[[], int]) -> NoReturn:
 def exit_interrupted(exc: KeyboardInterrupt) -> NoReturn:
     """After Ctrl-C or a :class:`Terminated` signal has unwound (clean-up done): say which, and
     exit 128 + the signal's number, as a shell reports a process killed by it."""
+    if threading.current_thread() is threading.main_thread():  # clean-up is done: a late press only exits
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
     terminated = isinstance(exc, Terminated)
     print("Terminated." if terminated else "Interrupted.", file=sys.stderr)
     sys.exit(128 + (exc.signum if terminated else int(signal.SIGINT)))

@@ -8,9 +8,11 @@ or misbehaves as a test asks. After every case no srifty-tagged instance is left
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
+import tarfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,7 @@ def catalog() -> Catalog:
 
 
 @pytest.fixture
-def aws(moto_endpoint, monkeypatch):
+def aws(moto_endpoint, monkeypatch, tmp_path):
     import urllib.request
 
     urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")).read()
@@ -69,6 +71,8 @@ def aws(moto_endpoint, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.delenv("SRIFTY_EC2_NODE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no srifty config unless a test writes one
+    monkeypatch.chdir(ROOT)  # the project's working directory on the instance mirrors this one
     ec2 = boto3.client("ec2")
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=BUCKET)
@@ -182,7 +186,7 @@ def make_backend(catalog, ec2=None, **kw: Any) -> tuple[Ec2Backend, list[str]]:
 
 def request(**kw: Any) -> ProfileRequest:
     base = dict(script=SCRIPT, instance_types=["g4dn.xlarge", "g5.xlarge"], s3_uri=S3_URI,
-                instance_profile="srifty-profiler", time_cap=20.0)
+                instance_profile="srifty-profiler", time_cap=20.0, yes=True)
     base.update(kw)
     return ProfileRequest(**base)
 
@@ -206,12 +210,17 @@ def test_two_types_in_parallel_collect_and_terminate(aws, catalog, tmp_path) -> 
     assert all("InstanceMarketOptions" not in c for c in rec.run_calls)
     ami = rec.run_calls[0]["ImageId"]
     assert ec2.describe_images(ImageIds=[ami])["Images"][0]["Name"].startswith("Deep Learning AMI")
-    # the script was uploaded for user data to fetch, and is referenced, not embedded
+    # the script's project (here this repository) was uploaded for user data to fetch, and is
+    # referenced, not embedded; the script runs from inside it, next to the _common it imports
     run_id = rec.run_calls[0]["TagSpecifications"][0]["Tags"][1]["Value"]
-    key = f"prof/runs/{run_id}/script/cnn_resnet.py"
-    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == Path(SCRIPT).read_bytes()
+    key = f"prof/runs/{run_id}/project.tar.gz"
+    with tarfile.open(fileobj=io.BytesIO(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())) as tar:
+        assert tar.extractfile("examples/cnn_resnet.py").read() == Path(SCRIPT).read_bytes()
+        assert "examples/_common.py" in tar.getnames()
+        assert not any(n == ".git" or n.startswith(".git/") for n in tar.getnames())
     ud = fake.user_data["g5.xlarge/1"]
     assert f"s3://{BUCKET}/{key}" in ud and "import torch" not in ud
+    assert "cd /opt/srifty/project && /opt/srifty/venv/bin/srifty profile examples/cnn_resnet.py" in ud
     assert alive(ec2) == []
 
 
@@ -326,8 +335,10 @@ def test_keyboard_interrupt_in_poll_loop_terminates_everything(aws, catalog, tmp
 
     backend, _ = make_backend(catalog, ec2, on_poll=hook)
     with FakeInstances(ec2, s3, {("g5.xlarge", 1): "silent", ("g4dn.xlarge", 1): "silent"}):
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(ProfilingFailed, match=r"interrupted \((Ctrl-C|SIGTERM)\): all 2 instance\(s\) it launched "
+                           "were terminated") as info:
             backend.profile(request(), str(tmp_path / "p.json"))
+    assert info.value.exit_code == 128 + int(getattr(interrupt, "signum", signal.SIGINT))  # 130, or 143
     assert len(backend.registry.launched) == 2
     assert alive(ec2) == []
 
@@ -361,8 +372,12 @@ def test_dry_run_prints_requests_and_launches_nothing(aws) -> None:
     reqs = doc["run_instances"]
     assert [r["InstanceType"] for r in reqs] == ["g4dn.xlarge", "g5.xlarge"]
     assert all(r["InstanceMarketOptions"]["MarketType"] == "spot" and r["MinCount"] == 2 for r in reqs)
-    assert "srifty profile /opt/srifty/script/cnn_resnet.py" in res.output  # user data, decoded
+    assert "cd /opt/srifty/project && /opt/srifty/venv/bin/srifty profile examples/cnn_resnet.py" in res.output
+    assert "tar -xzf project.tar.gz -C /opt/srifty/project" in res.output  # user data, decoded
+    assert f"# project {ROOT} (git work tree)" in res.output
     assert "# estimated cost" in res.output and "total $" in res.output
+    assert "# estimated cost $" in res.output and "(worst case $" in res.output
+    assert "# no cost limit" in res.output
     assert ec2.describe_instances()["Reservations"] == []
 
 
@@ -415,3 +430,249 @@ def test_created_bucket_is_private_and_encrypted(aws, catalog) -> None:
     assert all(pab.values())
     enc = s3.get_bucket_encryption(Bucket=loc.bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
     assert enc["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+
+
+# --------------------------------------------------------------------------- cost and consent
+
+
+def _launched_nothing(ec2, s3) -> bool:
+    uploaded = s3.list_objects_v2(Bucket=BUCKET, Prefix="prof/runs/").get("KeyCount", 0)
+    return ec2.describe_instances()["Reservations"] == [] and uploaded == 0
+
+
+def write_config(text: str) -> Path:
+    import os
+
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "srifty" / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_no_launch_without_consent(aws, catalog) -> None:
+    """No --yes, nobody to ask (stdin not a terminal), no cost limit: refused before any AWS call."""
+    ec2, s3 = aws
+    backend, logs = make_backend(catalog, ec2)
+    with pytest.raises(SriftyError, match=r"needs consent.*stdin is not a terminal.*Nothing was launched.*--yes"):
+        backend.profile(request(yes=False), None)
+    assert _launched_nothing(ec2, s3)
+    assert any(m.startswith("estimated cost $") and "(worst case $" in m for m in logs)
+    assert any("# estimated cost" in m for m in logs)  # the table, by type
+
+
+def test_declined_prompt_launches_nothing(aws, catalog) -> None:
+    ec2, s3 = aws
+    asked: list[str] = []
+    backend, _ = make_backend(catalog, ec2)
+    with pytest.raises(SriftyError, match="Not confirmed: nothing was launched"):
+        backend.profile(request(yes=False, confirm=lambda q: asked.append(q) or False), None)
+    assert asked and asked[0].startswith(
+        "Launch 1 x g4dn.xlarge (on-demand), 1 x g5.xlarge (on-demand) in us-east-1, for up to $")
+    assert _launched_nothing(ec2, s3)
+
+
+def test_confirmed_prompt_launches_after_showing_the_cost(aws, catalog, tmp_path) -> None:
+    ec2, s3 = aws
+    backend, logs = make_backend(catalog, ec2)
+    with FakeInstances(ec2, s3):
+        backend.profile(request(instance_types=["g5.xlarge"], yes=False, confirm=lambda q: True), str(tmp_path / "p.json"))
+    cost = next(i for i, m in enumerate(logs) if m.startswith("estimated cost $"))
+    launched = next(i for i, m in enumerate(logs) if "launched" in m)
+    assert cost < launched
+    assert alive(ec2) == []
+
+
+def test_config_max_cost_refuses_over_it_and_lets_a_script_run_under_it(aws, catalog, tmp_path) -> None:
+    """ec2.max_cost in $XDG_CONFIG_HOME/srifty/config.yaml is --max-cost's default: above it nothing is
+    launched; under it, a run with nobody to ask goes ahead (the limit is the consent)."""
+    ec2, s3 = aws
+    path = write_config("ec2:\n  max_cost: 0.001\n")
+    backend, _ = make_backend(catalog, ec2)
+    with pytest.raises(SriftyError, match=rf"above ec2.max_cost in {path} \$0.00 .*Nothing was launched"):
+        backend.profile(request(yes=False), None)
+    assert _launched_nothing(ec2, s3)
+    write_config("ec2: {max_cost: 1000}\n")
+    with FakeInstances(ec2, s3):
+        backend.profile(request(instance_types=["g5.xlarge"], yes=False), str(tmp_path / "p.json"))
+    assert json.loads((tmp_path / "p.json").read_text())["status"] == "complete"
+    assert alive(ec2) == []
+
+
+def test_max_cost_flag_overrides_the_config(aws, catalog) -> None:
+    ec2, s3 = aws
+    write_config("ec2: {max_cost: 1000}\n")
+    backend, _ = make_backend(catalog, ec2)
+    with pytest.raises(SriftyError, match=r"above --max-cost \$0.00"):
+        backend.profile(request(max_cost=0.001), None)
+    assert _launched_nothing(ec2, s3)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("ec2: {maxcost: 5}\n", "must be a mapping with the keys max_cost, max_bundle_mb"),
+    ("ec2: {max_cost: -1}\n", "ec2.max_cost must be a positive number"),
+    ("ec2: {max_cost: [\n", "Cannot read srifty's config file"),
+])
+def test_bad_config_is_a_clear_error(aws, catalog, text, match) -> None:
+    ec2, s3 = aws
+    write_config(text)
+    backend, _ = make_backend(catalog, ec2)
+    with pytest.raises(SriftyError, match=match):
+        backend.profile(request(), None)
+    assert _launched_nothing(ec2, s3)
+
+
+def test_cli_without_yes_off_a_terminal_refuses(aws) -> None:
+    """The CLI passes no prompt when stdin is not a terminal: no --yes and no limit means no launch."""
+    from srifty.cli import cli
+
+    ec2, s3 = aws
+    args = ["profile", SCRIPT, "--backend", "ec2", "--instance-types", "g5.xlarge", "--ami", "ami-0123456789",
+            "--s3-uri", S3_URI, "--instance-profile", "srifty-profiler"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code != 0
+    assert "needs consent" in str(res.exception) and "Add --yes" in str(res.exception)
+    assert "estimated cost $" in res.output  # printed (to stderr) before refusing
+    assert _launched_nothing(ec2, s3)
+    path = write_config("ec2: {max_cost: 0.001}\n")
+    res = CliRunner().invoke(cli, [*args, "--yes"])
+    assert f"above ec2.max_cost in {path}" in str(res.exception)  # --yes does not lift the limit
+    assert _launched_nothing(ec2, s3)
+
+
+def test_launch_prompt_asks_only_on_a_terminal(monkeypatch) -> None:
+    import sys
+
+    from srifty.commands.ec2 import launch_prompt
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert launch_prompt() is None
+    monkeypatch.setattr("sys.stdin", Tty("y\n"))
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # the question would go unseen
+    assert launch_prompt() is None
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert launch_prompt()("Launch?") is True
+    assert "Launch? [y/N]" in sys.stderr.getvalue()
+    monkeypatch.setattr("sys.stdin", Tty("\n"))  # the default is no
+    assert launch_prompt()("Launch?") is False
+
+
+# --------------------------------------------------------------------------- Ctrl-C, pressed again and again
+
+
+class InterruptingEc2(RecordingEc2):
+    """Presses Ctrl-C (a real SIGINT to this process) inside every TerminateInstances call; the
+    launch threads' own calls then fail, so that the launcher's final clean-up (in the main
+    thread) has to terminate the instances, with a Ctrl-C arriving in the middle of that too."""
+
+    def __init__(self, client) -> None:
+        super().__init__(client)
+        self.terminate_threads: list[str] = []
+
+    def terminate_instances(self, **kwargs: Any) -> Any:
+        import os
+        import time
+
+        name = threading.current_thread().name
+        self.terminate_threads.append(name)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the main thread runs its signal handler meanwhile
+        if name.startswith("srifty-ec2"):
+            raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "TerminateInstances")
+        return self._client.terminate_instances(**kwargs)
+
+
+def test_repeated_ctrl_c_still_terminates_every_instance(aws, catalog, tmp_path) -> None:
+    """Ctrl-C while the run waits, again while the threads stop, again during the final
+    terminate: one interruption comes out (exit status 130), after every instance was terminated."""
+    import os
+
+    ec2, s3 = aws
+    rec = InterruptingEc2(ec2)
+    polled: set[str] = set()
+    pressed = threading.Event()
+
+    def hook(instance_type: str, attempt: int) -> None:
+        polled.add(instance_type)
+        if len(polled) == 2 and not pressed.is_set():
+            pressed.set()
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: both types are waiting for profiles
+
+    before = signal.getsignal(signal.SIGINT)
+    backend, logs = make_backend(catalog, rec, on_poll=hook)
+    with FakeInstances(ec2, s3, {("g5.xlarge", 1): "silent", ("g4dn.xlarge", 1): "silent"}):
+        with pytest.raises(ProfilingFailed, match=r"interrupted \(Ctrl-C\)") as info:
+            backend.profile(request(), str(tmp_path / "p.json"))
+    assert info.value.exit_code == 130
+    assert pressed.is_set() and len(backend.registry.launched) == 2
+    assert alive(ec2) == []
+    assert backend.registry.alive() == []
+    assert sum(n.startswith("srifty-ec2") for n in rec.terminate_threads) == 2  # each thread tried, and failed
+    assert rec.terminate_threads[-1] == "MainThread"  # the final clean-up did it, Ctrl-C or not
+    assert any(m.startswith("Still stopping run") and "srifty ec2 cleanup --run-id" in m for m in logs)
+    assert any(m.startswith("terminating 2 instance(s)") for m in logs)
+    assert signal.getsignal(signal.SIGINT) is before  # the launcher's own handler is gone again
+
+
+# The CLI as a user runs it, except that AWS is slow to answer TerminateInstances (1.5 s), so that
+# the Ctrl-Cs pressed after the first one land while the launcher stops its threads and terminates.
+SLOW_TERMINATE_CLI = """
+import sys, time
+import botocore.client
+_call = botocore.client.BaseClient._make_api_call
+def _slow(self, operation, params):
+    if operation == "TerminateInstances":
+        time.sleep(1.5)
+    return _call(self, operation, params)
+botocore.client.BaseClient._make_api_call = _slow
+from srifty.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_cli_three_quick_ctrl_c_interrupted_without_traceback(aws, tmp_path, monkeypatch) -> None:
+    """`srifty profile --backend ec2 --yes` in a subprocess: launched (--yes is consent off a
+    terminal), then Ctrl-C three times, 0.2 s apart. It says it was interrupted and that every
+    instance was terminated, exits 130, shows no traceback, and no instance is left running."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    ec2, s3 = aws
+    monkeypatch.delenv("SRIFTY_CATALOG", raising=False)
+    monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path / "no-catalog-cache"))  # the shipped snapshot
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    argv = ["profile", SCRIPT, "--backend", "ec2", "--instance-types", "g4dn.xlarge,g5.xlarge", "--ami", ami,
+            "--s3-uri", S3_URI, "--instance-profile", "srifty-profiler", "--time-cap", "120", "--yes",
+            "--out", str(tmp_path / "p.json")]
+    lines: list[str] = []
+    with FakeInstances(ec2, s3, {("g5.xlarge", 1): "silent", ("g4dn.xlarge", 1): "silent"}):
+        proc = subprocess.Popen([sys.executable, "-c", SLOW_TERMINATE_CLI, *argv], cwd=ROOT, text=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 90
+            while sum("waiting for the profile" in line for line in lines) < 2:
+                assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+                time.sleep(0.1)
+            for _ in range(3):
+                os.kill(proc.pid, signal.SIGINT)
+                time.sleep(0.2)
+            rc = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(5)
+    err = "".join(lines)
+    assert rc == 130, err
+    assert err.rstrip().splitlines()[-1].startswith(
+        "Error: EC2 profiling was interrupted (Ctrl-C): all 2 instance(s) it launched were terminated."), err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert "Still stopping run" in err, err
+    assert alive(ec2) == []

@@ -1,9 +1,11 @@
-"""``srifty ec2``: housekeeping for the EC2 profiling backend (``srifty ec2 cleanup``)."""
+"""``srifty ec2``: housekeeping for the EC2 profiling backend (``srifty ec2 cleanup``), and the
+prompt with which ``srifty profile --backend ec2`` asks to launch."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, Callable
 
 import click
 
@@ -18,6 +20,16 @@ Examples:
 Only instances tagged srifty:managed=true (and srifty:run-id, with --run-id) are
 touched; credentials come from the standard AWS chain (env, profile, SSO, role).
 """
+
+
+def launch_prompt() -> Callable[[str], bool] | None:
+    """How ``srifty profile --backend ec2`` asks for consent to a launch's cost: a yes/no
+    question (default no) on stderr when stdin and stderr are terminals; None otherwise, for
+    nobody would see the question or answer it (the backend then wants --yes or a cost
+    limit). The library never prompts."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    return lambda question: click.confirm(question, default=False, err=True)
 
 
 @click.group("ec2", epilog=EPILOG)

@@ -2,12 +2,22 @@
 
 ``srifty profile SCRIPT --backend ec2 --instance-types g4dn.xlarge,g5.xlarge [--spot] [--nodes 2]``
 
-For each instance type (in parallel, one thread per type) the launcher
+Before anything is launched the launcher
 
-1. uploads the script (and srifty's own source) to S3 under ``<prefix>/runs/<run-id>/``,
+1. collects the script's *project* (its git work tree, or its directory; see
+   :mod:`srifty.profiling.project_bundle`) and checks its size,
+2. prints the cost table and an "estimated cost" line, refuses above the cost limit
+   (``--max-cost``, or ``ec2.max_cost`` in srifty's config file), and gets consent:
+   ``--yes``, a confirmation on a terminal, or, off a terminal, a cost limit the estimate is
+   under (:meth:`Ec2Backend.approve`).
+
+Then, for each instance type (in parallel, one thread per type), it
+
+1. uploads the project and srifty's own source to S3 under ``<prefix>/runs/<run-id>/``,
 2. launches ``--nodes`` instances in one RunInstances call, tagged ``srifty:managed=true``,
    ``srifty:run-id=<run-id>`` and ``srifty:instance-type``; user data (no secrets) installs
-   srifty and runs ``srifty profile`` there with the same measurement options,
+   srifty, unpacks the project into ``/opt/srifty/project`` and runs ``srifty profile`` on
+   the script there with the same measurement options,
 3. writes ``rendezvous.json`` (the nodes' private IPs, first node = c10d rendezvous host)
    to the attempt's S3 prefix; each node finds its rank from its own IP in that list,
 4. polls S3 for ``profile.json`` (or ``failed.json``), checks the instances' state between
@@ -15,14 +25,17 @@ For each instance type (in parallel, one thread per type) the launcher
    cap passes, or anything raises (Ctrl-C included).
 
 Every instance launched is recorded in a registry as soon as RunInstances returns; the
-base of :meth:`Ec2Backend.profile` terminates everything in it on every exit path, and
-``srifty ec2 cleanup`` finds anything tagged by srifty that is still alive.
+launcher terminates everything in it on every exit path, and ``srifty ec2 cleanup`` finds
+anything tagged by srifty that is still alive. While a run is under way only the first
+Ctrl-C (or SIGTERM/SIGHUP) raises: later ones are counted, so that they cannot cut the
+clean-up short (:class:`InterruptLatch`).
 
 On the instance the same backend runs in *node mode* (``SRIFTY_EC2_NODE=1`` in the
 environment): :meth:`Ec2Backend.plan` then returns one torchrun agent for this node with
 c10d rendezvous on the first node's private IP.
 
 boto3 is imported inside functions; clients are injectable (tests pass moto-backed ones).
+The library never prompts: the CLI passes a ``confirm`` callable in the request.
 """
 
 from __future__ import annotations
@@ -31,7 +44,9 @@ import base64
 import io
 import json
 import os
+import posixpath
 import shlex
+import signal
 import sys
 import tarfile
 import threading
@@ -43,7 +58,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from srifty import hostinfo, profile
-from srifty.errors import ProfileFormatError, ProfilingFailed, SriftyError
+from srifty.errors import ProfileFormatError, ProfilingFailed, SriftyError, Terminated
 from srifty.profiling.launcher import (
     LaunchPlan,
     ProfileRequest,
@@ -51,6 +66,14 @@ from srifty.profiling.launcher import (
     ProgressFn,
     WorkerCommand,
     worker_env,
+)
+from srifty.profiling.project_bundle import (
+    DEFAULT_MAX_BYTES,
+    INSTANCE_ROOT,
+    MB,
+    ProjectBundle,
+    collect,
+    unpack_command,
 )
 
 TAG_MANAGED = "srifty:managed"
@@ -119,6 +142,18 @@ class TypeResult:
     attempts: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """What every instance type of one run shares. In a dry run the AMI and zones are not
+    looked up (None, []) and the bucket is a placeholder."""
+
+    run_id: str
+    loc: S3Location
+    ami: str | None
+    zones: list[str]
+    bundle: ProjectBundle | None  # None with --collectives (srifty's own benchmark)
+
+
 class InstanceRegistry:
     """Every instance id this process launched, and which were already terminated."""
 
@@ -148,6 +183,98 @@ def _client_error_code(exc: BaseException) -> str | None:
     return None
 
 
+def config_path() -> Path:
+    """srifty's config file: ``$XDG_CONFIG_HOME/srifty/config.yaml`` (``~/.config/...`` by default)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "srifty" / "config.yaml"
+
+
+@dataclass(frozen=True)
+class Ec2Config:
+    """The ``ec2:`` section of srifty's config file, e.g. ``ec2: {max_cost: 20, max_bundle_mb: 100}``.
+
+    ``max_cost`` is the default for ``--max-cost`` (a standing limit on what one run may
+    cost); ``max_bundle_mb`` raises or lowers the cap on the project shipped to S3."""
+
+    path: Path
+    max_cost: float | None = None
+    max_bundle_mb: float | None = None
+
+    KEYS = ("max_cost", "max_bundle_mb")
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> "Ec2Config":
+        """Read the file (``yaml.safe_load`` only); a missing file is an empty config. Unknown keys
+        under ``ec2:`` are errors: a misspelt ``max_cost`` must not silently lift the limit."""
+        import yaml
+
+        path = path or config_path()
+        if not path.is_file():
+            return cls(path)
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SriftyError(f"Cannot read srifty's config file {path}: {exc}",
+                              "Fix it (YAML, e.g. `ec2: {max_cost: 20}`) or move it away.") from None
+        section = doc.get("ec2") if isinstance(doc, dict) else None
+        if section is None:
+            return cls(path)
+        if not isinstance(section, dict) or set(section) - set(cls.KEYS):
+            raise SriftyError(f"{path}: `ec2:` must be a mapping with the keys {', '.join(cls.KEYS)} "
+                              f"(got {section!r}).", "For example: `ec2: {max_cost: 20}`.")
+        values = {k: cls._positive(path, k, section.get(k)) for k in cls.KEYS}
+        return cls(path, **values)
+
+    @staticmethod
+    def _positive(path: Path, key: str, value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise SriftyError(f"{path}: ec2.{key} must be a positive number (got {value!r}).")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class CostLimit:
+    """The most a run may cost, and where that figure came from (for the messages)."""
+
+    dollars: float
+    source: str  # "--max-cost" or "ec2.max_cost in PATH"
+
+
+class InterruptLatch:
+    """While a run is under way, only the first SIGINT, SIGTERM or SIGHUP raises; later ones are counted.
+
+    The first unwinds into the clean-up (stop every thread, wait for them, terminate every
+    instance). A second one raised inside that clean-up would cut it short: instances left
+    running, and a threading traceback at exit. Installed from the main thread only (signals
+    reach no other); a signal that was ignored stays ignored. SIGINT raises
+    ``KeyboardInterrupt``, the others :class:`srifty.errors.Terminated`, as the CLI expects."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "InterruptLatch":
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._old[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._old.items():
+            signal.signal(signum, handler)
+        self._old.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+
 # --------------------------------------------------------------------------- the backend
 
 
@@ -167,7 +294,6 @@ class Ec2Backend(ProfilingBackend):
         ami_name_pattern: str = DEFAULT_AMI_PATTERN,
         ami_owner: str = DEFAULT_AMI_OWNER,
         on_poll: Callable[[str, int], None] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self._ec2, self._s3, self._sts = ec2, s3, sts
@@ -177,10 +303,10 @@ class Ec2Backend(ProfilingBackend):
         self.ami_name_pattern = ami_name_pattern
         self.ami_owner = ami_owner
         self.on_poll = on_poll  # test hook: called at every poll with (instance type, attempt)
-        self.sleep = sleep
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.registry = InstanceRegistry()
         self._region: str | None = None
+        self.run_id: str | None = None  # the run launch_all started last
         self._stop = threading.Event()
 
     # -- clients (lazily created from the standard boto3 credential chain)
@@ -223,8 +349,8 @@ class Ec2Backend(ProfilingBackend):
     def plan(self, request: ProfileRequest, run_dir: str) -> LaunchPlan:
         """On an instance (node mode): this node's torchrun agent. Elsewhere: the launch plan as notes."""
         if not self.node_mode():
-            plans = self.type_plans(request, "<run-id>", None, None, None)
-            return LaunchPlan(self.name, [], run_dir, [f"{p.instance_type}: {p.nodes} x {p.market}" for p in plans])
+            market = "spot" if request.spot else "on-demand"
+            return LaunchPlan(self.name, [], run_dir, [f"{t}: {request.nodes} x {market}" for t in request.instance_types])
         nnodes = int(os.environ.get("SRIFTY_EC2_NNODES", "1"))
         rank = int(os.environ.get("SRIFTY_EC2_NODE_RANK", "0"))
         master = os.environ.get("SRIFTY_EC2_MASTER", "127.0.0.1")
@@ -315,20 +441,20 @@ class Ec2Backend(ProfilingBackend):
         market = Market.SPOT if spot else Market.ON_DEMAND
         return self.catalog.price(instance_type, market, self._region_of(request))
 
-    def type_plans(self, request: ProfileRequest, run_id: str, loc: S3Location | None, ami: str | None,
-                   zone: str | None, attempt: int = 1, spot: bool | None = None) -> list[TypePlan]:
-        spot = request.spot if spot is None else spot
-        return [self.type_plan(request, t, run_id, loc, ami, zone, attempt, spot) for t in request.instance_types]
+    def type_plans(self, request: ProfileRequest, setup: RunSetup) -> list[TypePlan]:
+        return [self.type_plan(request, t, setup, 1, request.spot) for t in request.instance_types]
 
-    def type_plan(self, request: ProfileRequest, instance_type: str, run_id: str, loc: S3Location | None,
-                  ami: str | None, zone: str | None, attempt: int, spot: bool) -> TypePlan:
-        region = self._region_of(request)
-        loc = loc or S3Location(f"srifty-<account-id>-{region}", "srifty")
+    def type_plan(self, request: ProfileRequest, instance_type: str, setup: RunSetup, attempt: int,
+                  spot: bool) -> TypePlan:
+        loc, run_id = setup.loc, setup.run_id
         attempt_dir = f"runs/{run_id}/{instance_type}/attempt-{attempt}"
+        requirements = self._requirements(request, setup.bundle)
         keys = {
             "source": loc.key(f"runs/{run_id}/srifty-src.tar.gz"),
-            "script": loc.key(f"runs/{run_id}/script/{Path(request.script).name}") if request.script else "",
-            "requirements": loc.key(f"runs/{run_id}/script/requirements.txt") if self._requirements(request) else "",
+            "project": loc.key(f"runs/{run_id}/project.tar.gz") if setup.bundle else "",
+            # a requirements file inside the project is installed from there; another one is uploaded
+            "requirements": (loc.key(f"runs/{run_id}/requirements.txt")
+                             if requirements and not self._shipped_in(setup.bundle, requirements) else ""),
             "rendezvous": loc.key(attempt_dir, "rendezvous.json"),
             "profile": loc.key(attempt_dir, "profile.json"),
             "failed": loc.key(attempt_dir, "failed.json"),
@@ -336,7 +462,7 @@ class Ec2Backend(ProfilingBackend):
         }
         nproc = self._nproc(request, instance_type)
         market = "spot" if spot else "on-demand"
-        user_data = self.user_data(request, instance_type, run_id, loc.bucket, keys, nproc, market, region)
+        user_data = self.user_data(request, instance_type, setup, keys, nproc, market)
         tags = [
             {"Key": TAG_MANAGED, "Value": "true"},
             {"Key": TAG_RUN_ID, "Value": run_id},
@@ -345,13 +471,13 @@ class Ec2Backend(ProfilingBackend):
             {"Key": "Name", "Value": f"srifty-{run_id}-{instance_type}"},
         ]
         req: dict[str, Any] = {
-            "ImageId": ami or f"<newest image named {self.ami_name_pattern!r} owned by {self.ami_owner}>",
+            "ImageId": setup.ami or f"<newest image named {self.ami_name_pattern!r} owned by {self.ami_owner}>",
             "InstanceType": instance_type,
             "MinCount": request.nodes,
             "MaxCount": request.nodes,
             "UserData": user_data,
             "InstanceInitiatedShutdownBehavior": "terminate",
-            "Placement": {"AvailabilityZone": zone or "<first zone of DescribeAvailabilityZones>"},
+            "Placement": {"AvailabilityZone": setup.zones[0] if setup.zones else "<first zone of DescribeAvailabilityZones>"},
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
             "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         }
@@ -366,20 +492,99 @@ class Ec2Backend(ProfilingBackend):
                         req, user_data, keys)
 
     @staticmethod
-    def _requirements(request: ProfileRequest) -> str | None:
+    def _requirements(request: ProfileRequest, bundle: ProjectBundle | None) -> Path | None:
+        """--requirements; else requirements.txt next to the script; else one at the project root."""
         if request.requirements:
-            return request.requirements
-        if request.script:
-            cand = Path(request.script).resolve().parent / "requirements.txt"
-            if cand.is_file():
-                return str(cand)
-        return None
+            return Path(request.requirements).resolve()
+        if not request.script:
+            return None
+        candidates = [Path(request.script).resolve().parent / "requirements.txt"]
+        if bundle is not None:
+            candidates.append(bundle.root / "requirements.txt")
+        return next((c for c in candidates if c.is_file()), None)
 
-    def user_data(self, request: ProfileRequest, instance_type: str, run_id: str, bucket: str,
-                  keys: dict[str, str], nproc: int, market: str, region: str) -> str:
+    @staticmethod
+    def _shipped_in(bundle: ProjectBundle | None, path: Path) -> bool:
+        if bundle is None:
+            return False
+        rel = bundle.relative(path)
+        return rel is not None and bundle.contains(rel)
+
+    def project(self, request: ProfileRequest, config: Ec2Config) -> ProjectBundle | None:
+        """The script's project, as it will be shipped (None for --collectives: srifty's own benchmark)."""
+        if request.collectives or not request.script:
+            return None
+        limit = int(config.max_bundle_mb * MB) if config.max_bundle_mb else DEFAULT_MAX_BYTES
+        req = self._requirements(request, None)  # shipped even if git ignores it, when inside the project
+        return collect(request.script, always=(req,) if req else (), max_bytes=limit)
+
+    def user_data(self, request: ProfileRequest, instance_type: str, setup: RunSetup, keys: dict[str, str],
+                  nproc: int, market: str) -> str:
         """The boot script: no credentials in it; S3 access comes from the instance profile."""
         q = shlex.quote
-        s3 = lambda key: q(f"s3://{bucket}/{key}")  # noqa: E731
+        s3 = lambda key: q(f"s3://{setup.loc.bucket}/{key}")  # noqa: E731
+        region, run_id = self._region_of(request), setup.run_id
+        # the instance shuts itself down (and so terminates) after the time cap even if the launcher is gone
+        self_destruct_min = int((self.time_cap(request) + self.boot_overhead_s) // 60) + 5
+        lines = [
+            "#!/bin/bash",
+            f"# srifty run {run_id}: profile on {instance_type} ({market}); no credentials here,",
+            "# S3 access comes from the instance profile.",
+            "set -uo pipefail",
+            "exec > >(tee -a /var/log/srifty-user-data.log) 2>&1",
+            f"shutdown -h +{self_destruct_min} 'srifty time cap' || true",
+            f"export AWS_DEFAULT_REGION={q(region)}",
+            "mkdir -p /opt/srifty && cd /opt/srifty",
+            "TOKEN=$(curl -s -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 600')",
+            "MYIP=$(curl -s -H \"X-aws-ec2-metadata-token: $TOKEN\" http://169.254.169.254/latest/meta-data/local-ipv4)",
+            f"until aws s3 cp {s3(keys['rendezvous'])} rendezvous.json; do sleep 5; done",
+            "NODE_RANK=$(python3 -c \"import json,sys; print(json.load(open('rendezvous.json'))['node_ips'].index(sys.argv[1]))\" \"$MYIP\")",
+            "fail() { [ \"$NODE_RANK\" = 0 ] && printf '{\"stage\": \"%s\"}' \"$1\" > failed.json && "
+            f"aws s3 cp failed.json {s3(keys['failed'])}; "
+            f"aws s3 cp /var/log/srifty-user-data.log {s3(keys['logs'])}/node$NODE_RANK.log; shutdown -h now; exit 1; }}",
+            f"aws s3 cp {s3(keys['source'])} src.tar.gz && {unpack_command('src.tar.gz', 'src')} || fail download",
+            "python3 -m venv --system-site-packages venv && venv/bin/pip install -q ./src || fail install",
+        ]
+        if setup.bundle is not None:
+            lines.append(f"aws s3 cp {s3(keys['project'])} project.tar.gz && "
+                         f"{unpack_command('project.tar.gz')} || fail download-project")
+        lines += self._requirements_lines(request, setup.bundle, keys, s3)
+        lines += [
+            "export SRIFTY_EC2_NODE=1 SRIFTY_EC2_NODE_RANK=$NODE_RANK",
+            "export SRIFTY_EC2_NNODES=$(python3 -c \"import json; print(len(json.load(open('rendezvous.json'))['node_ips']))\")",
+            "export SRIFTY_EC2_MASTER=$(python3 -c \"import json; print(json.load(open('rendezvous.json'))['master_addr'])\")",
+            "export SRIFTY_EC2_NODE_IPS=$(python3 -c \"import json; print(','.join(json.load(open('rendezvous.json'))['node_ips']))\")",
+            f"export SRIFTY_EC2_RDZV_ID={q(run_id)} SRIFTY_EC2_REGION={q(region)} SRIFTY_EC2_MARKET={q(market)}",
+            f"{self._profile_command(request, instance_type, setup.bundle, nproc)}; STATUS=$?",
+            "if [ \"$NODE_RANK\" = 0 ]; then",
+            f"  if [ -s /opt/srifty/profile.json ]; then aws s3 cp /opt/srifty/profile.json {s3(keys['profile'])} --sse AES256;",
+            "  else printf '{\"stage\": \"profile\", \"status\": %s}' \"$STATUS\" > failed.json; "
+            f"aws s3 cp failed.json {s3(keys['failed'])}; fi",
+            "fi",
+            f"aws s3 cp /var/log/srifty-user-data.log {s3(keys['logs'])}/node$NODE_RANK.log",
+            "shutdown -h now",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _requirements_lines(self, request: ProfileRequest, bundle: ProjectBundle | None, keys: dict[str, str],
+                            s3: Callable[[str], str]) -> list[str]:
+        """Install the requirements: in place when the file is in the project (its ``-r other.txt``
+        and ``./pkg`` lines then resolve as they do here), else from its uploaded copy."""
+        req = self._requirements(request, bundle)
+        if req is None:
+            return []
+        pip = "/opt/srifty/venv/bin/pip install -q -r"
+        rel = bundle.relative(req) if bundle is not None else None
+        if keys.get("requirements") or rel is None:
+            return [f"aws s3 cp {s3(keys['requirements'])} requirements.txt && {pip} requirements.txt || fail requirements"]
+        folder, name = posixpath.split(rel)
+        where = posixpath.join(INSTANCE_ROOT, folder) if folder else INSTANCE_ROOT
+        return [f"(cd {shlex.quote(where)} && {pip} {shlex.quote(name)}) || fail requirements"]
+
+    def _profile_command(self, request: ProfileRequest, instance_type: str, bundle: ProjectBundle | None,
+                         nproc: int) -> str:
+        """``srifty profile`` as the node runs it: in the project, from where it was started here."""
+        q = shlex.quote
         opts = [
             "--backend", "ec2", "--nproc", str(nproc), "--instance-type", instance_type,
             "--max-seconds", str(request.max_seconds), "--max-iterations", str(request.max_iterations),
@@ -391,70 +596,30 @@ class Ec2Backend(ProfilingBackend):
             opts += ["--batch-size", str(request.batch_size)]
         if request.model_name or request.script:
             opts += ["--model-name", request.model]
-        if request.collectives:
+        if bundle is None:  # --collectives
             opts += ["--collectives", "--world-sizes", ",".join(map(str, request.world_sizes or [nproc])),
                      "--max-bytes", str(request.max_bytes), "--repeats", str(request.repeats)]
-            target = ""
-        else:
-            target = "/opt/srifty/script/" + Path(request.script).name
-        cmd = " ".join(q(x) for x in ["/opt/srifty/venv/bin/srifty", "profile", *([target] if target else []), *opts])
+            return " ".join(q(x) for x in ["/opt/srifty/venv/bin/srifty", "profile", *opts])
+        cwd, script = bundle.run_location()
+        cmd = " ".join(q(x) for x in ["/opt/srifty/venv/bin/srifty", "profile", script, *opts])
         if request.script_args:
             cmd += " -- " + " ".join(q(a) for a in request.script_args)
-        # the instance shuts itself down (and so terminates) after the time cap even if the launcher is gone
-        self_destruct_min = int((self.time_cap(request) + self.boot_overhead_s) // 60) + 5
-        lines = [
-            "#!/bin/bash",
-            f"# srifty run {run_id}: profile on {instance_type} ({market}); no credentials here,",
-            "# S3 access comes from the instance profile.",
-            "set -uo pipefail",
-            "exec > >(tee -a /var/log/srifty-user-data.log) 2>&1",
-            f"shutdown -h +{self_destruct_min} 'srifty time cap' || true",
-            f"export AWS_DEFAULT_REGION={q(region)}",
-            "mkdir -p /opt/srifty/script && cd /opt/srifty",
-            "TOKEN=$(curl -s -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 600')",
-            "MYIP=$(curl -s -H \"X-aws-ec2-metadata-token: $TOKEN\" http://169.254.169.254/latest/meta-data/local-ipv4)",
-            f"until aws s3 cp {s3(keys['rendezvous'])} rendezvous.json; do sleep 5; done",
-            "NODE_RANK=$(python3 -c \"import json,sys; print(json.load(open('rendezvous.json'))['node_ips'].index(sys.argv[1]))\" \"$MYIP\")",
-            "fail() { [ \"$NODE_RANK\" = 0 ] && printf '{\"stage\": \"%s\"}' \"$1\" > failed.json && "
-            f"aws s3 cp failed.json {s3(keys['failed'])}; "
-            f"aws s3 cp /var/log/srifty-user-data.log {s3(keys['logs'])}/node$NODE_RANK.log; shutdown -h now; exit 1; }}",
-            f"aws s3 cp {s3(keys['source'])} src.tar.gz && mkdir -p src && tar xzf src.tar.gz -C src || fail download",
-            "python3 -m venv --system-site-packages venv && venv/bin/pip install -q ./src || fail install",
-        ]
-        if not request.collectives:
-            lines.append(f"aws s3 cp {s3(keys['script'])} {q(target)} || fail download-script")
-        if keys.get("requirements"):
-            lines.append(f"aws s3 cp {s3(keys['requirements'])} requirements.txt && "
-                         "venv/bin/pip install -q -r requirements.txt || fail requirements")
-        lines += [
-            "export SRIFTY_EC2_NODE=1 SRIFTY_EC2_NODE_RANK=$NODE_RANK",
-            "export SRIFTY_EC2_NNODES=$(python3 -c \"import json; print(len(json.load(open('rendezvous.json'))['node_ips']))\")",
-            "export SRIFTY_EC2_MASTER=$(python3 -c \"import json; print(json.load(open('rendezvous.json'))['master_addr'])\")",
-            "export SRIFTY_EC2_NODE_IPS=$(python3 -c \"import json; print(','.join(json.load(open('rendezvous.json'))['node_ips']))\")",
-            f"export SRIFTY_EC2_RDZV_ID={q(run_id)} SRIFTY_EC2_REGION={q(region)} SRIFTY_EC2_MARKET={q(market)}",
-            f"{cmd}; STATUS=$?",
-            "if [ \"$NODE_RANK\" = 0 ]; then",
-            f"  if [ -s /opt/srifty/profile.json ]; then aws s3 cp /opt/srifty/profile.json {s3(keys['profile'])} --sse AES256;",
-            "  else printf '{\"stage\": \"profile\", \"status\": %s}' \"$STATUS\" > failed.json; "
-            f"aws s3 cp failed.json {s3(keys['failed'])}; fi",
-            "fi",
-            f"aws s3 cp /var/log/srifty-user-data.log {s3(keys['logs'])}/node$NODE_RANK.log",
-            "shutdown -h now",
-        ]
-        return "\n".join(lines) + "\n"
+        return f"(mkdir -p {q(cwd)} && cd {q(cwd)} && {cmd})"
 
     # ------------------------------------------------------------------ dry run
     def dry_run(self, request: ProfileRequest) -> str:
         if self.node_mode():
             return super().dry_run(request)
         self.validate(request)
-        plans = self.type_plans(request, "<run-id>", S3Location.parse(request.s3_uri) if request.s3_uri else None,
-                                request.ami, None)
+        config = Ec2Config.load()
+        region = self._region_of(request)
+        setup = RunSetup("<run-id>", self._planned_loc(request), request.ami, [], self.project(request, config))
+        plans = self.type_plans(request, setup)
         hours = self.billed_hours(request)
         doc = {
             "backend": "ec2",
-            "region": self._region_of(request),
-            "s3": request.s3_uri or f"s3://srifty-<account-id>-{self._region_of(request)}/srifty (created private)",
+            "region": region,
+            "s3": request.s3_uri or f"s3://srifty-<account-id>-{region}/srifty (created private)",
             "billed_hours_per_instance": round(hours, 3),
             "run_instances": [{**p.run_instances, "UserData": f"<decoded below: user data for {p.instance_type}>"}
                               for p in plans],
@@ -467,9 +632,12 @@ class Ec2Backend(ProfilingBackend):
         lines = [json.dumps(doc, indent=1)]
         for p in plans:
             lines += ["", f"# user data for {p.instance_type} (sent base64-encoded by boto3)", p.user_data.rstrip()]
+        if setup.bundle is not None:
+            lines += ["", f"# {setup.bundle.describe()}", *(f"# {n}" for n in setup.bundle.notes())]
         if not request.instance_profile:
             lines += ["", "# note: a real launch needs --instance-profile (the instances' S3 access; see docs/aws-permissions.md)"]
-        lines += ["", self.cost_table(request, plans)]
+        lines += ["", self.cost_table(request, plans), f"# {self.cost_line(request, plans)}",
+                  f"# {self.consent_note(request, plans, self.cost_limit(request, config))}"]
         return "\n".join(lines)
 
     @staticmethod
@@ -502,21 +670,84 @@ class Ec2Backend(ProfilingBackend):
             lines.append(f"#   total ${planned:.2f}" + (f" (worst case with on-demand retries ${worst:.2f})" if request.spot else ""))
         return "\n".join(lines)
 
-    def check_cost(self, request: ProfileRequest, plans: list[TypePlan]) -> None:
-        if request.max_cost is None:
+    def cost_line(self, request: ProfileRequest, plans: list[TypePlan]) -> str:
+        """The one line every launch prints before it asks: both figures bill the whole time cap."""
+        planned, worst = self.estimate(request, plans)
+        count = f"{sum(p.nodes for p in plans)} instance(s), at most {self.billed_hours(request):.2f} h each"
+        if planned is None or worst is None:
+            return f"estimated cost unknown (the catalog lacks a price): {count}"
+        return f"estimated cost ${planned:.2f} (worst case ${worst:.2f}): {count}"
+
+    def cost_limit(self, request: ProfileRequest, config: Ec2Config) -> CostLimit | None:
+        """--max-cost, else ec2.max_cost from the config file, else none."""
+        if request.max_cost is not None:
+            return CostLimit(request.max_cost, "--max-cost")
+        if config.max_cost is not None:
+            return CostLimit(config.max_cost, f"ec2.max_cost in {config.path}")
+        return None
+
+    def check_cost(self, request: ProfileRequest, plans: list[TypePlan], limit: CostLimit | None) -> None:
+        """Refuse, before any AWS call, a run whose worst case is above the limit (or unknown)."""
+        if limit is None:
             return
         planned, worst = self.estimate(request, plans)
         if worst is None:
-            raise SriftyError("--max-cost cannot be enforced: the catalog has no price for some of the instance types.",
-                              "Run `srifty catalog refresh`, or drop --max-cost.")
-        if worst > request.max_cost:
+            raise SriftyError(f"{limit.source} cannot be enforced: the catalog has no price for some of the instance types.",
+                              "Run `srifty catalog refresh`, or lift the limit and launch with --yes.")
+        if worst > limit.dollars:
             raise SriftyError(
-                f"This run could cost up to ${worst:.2f}, above --max-cost ${request.max_cost:.2f} "
+                f"This run could cost up to ${worst:.2f}, above {limit.source} ${limit.dollars:.2f} "
                 f"({len(plans)} type(s) x {request.nodes} node(s) x {self.billed_hours(request):.2f} h"
                 f"{', including an on-demand retry if spot capacity is lost' if request.spot else ''}). Nothing was launched.",
                 "Raise --max-cost, profile fewer or cheaper --instance-types, lower --max-seconds/--time-cap, "
                 "or see the breakdown with --dry-run.",
             )
+
+    def approve(self, request: ProfileRequest, plans: list[TypePlan], config: Ec2Config) -> None:
+        """Every real launch prints its cost and has consent before any AWS call.
+
+        Above the cost limit: refused. Then ``--yes`` is consent; else, with someone to ask
+        (``request.confirm``, which the CLI sets when stdin is a terminal), their answer;
+        else (scripts, CI) a cost limit the estimate is under, given as --max-cost or in the
+        config file, is the consent: the user set the most they will pay. Nothing at all:
+        refused, since nobody agreed to the spend."""
+        self.log(self.cost_table(request, plans))
+        self.log(self.cost_line(request, plans))
+        limit = self.cost_limit(request, config)
+        self.check_cost(request, plans, limit)
+        if request.yes:
+            return
+        if request.confirm is not None:
+            if request.confirm(self._launch_question(request, plans)):
+                return
+            raise SriftyError("Not confirmed: nothing was launched.")
+        if limit is not None:
+            return
+        planned, worst = self.estimate(request, plans)
+        cost = "an unknown cost" if planned is None else f"an estimated ${planned:.2f} (worst case ${worst:.2f})"
+        raise SriftyError(
+            f"Launching {sum(p.nodes for p in plans)} EC2 instance(s) for {cost} needs consent, and stdin is not "
+            "a terminal to ask on. Nothing was launched.",
+            f"Add --yes to launch it, or --max-cost DOLLARS (or `ec2: {{max_cost: DOLLARS}}` in {config.path}) "
+            "to launch only runs estimated below it.",
+        )
+
+    def _launch_question(self, request: ProfileRequest, plans: list[TypePlan]) -> str:
+        _, worst = self.estimate(request, plans)
+        cost = "an unknown cost" if worst is None else f"up to ${worst:.2f}"
+        what = ", ".join(f"{p.nodes} x {p.instance_type} ({p.market})" for p in plans)
+        return f"Launch {what} in {self._region_of(request)}, for {cost}?"
+
+    def consent_note(self, request: ProfileRequest, plans: list[TypePlan], limit: CostLimit | None) -> str:
+        """For the dry run: what a real launch of this plan would need."""
+        if limit is None:
+            return ("no cost limit: a launch asks to confirm on a terminal, and needs --yes (or a --max-cost) "
+                    "elsewhere")
+        _, worst = self.estimate(request, plans)
+        if worst is None or worst > limit.dollars:
+            return f"cost limit ${limit.dollars:.2f} ({limit.source}): a launch would be refused"
+        return (f"cost limit ${limit.dollars:.2f} ({limit.source}): the estimate is under it; a launch asks to "
+                "confirm on a terminal (unless --yes) and goes ahead elsewhere")
 
     # ------------------------------------------------------------------ AWS helpers
     def resolve_ami(self, request: ProfileRequest) -> str:
@@ -564,13 +795,19 @@ class Ec2Backend(ProfilingBackend):
     def _put(self, loc: S3Location, key: str, body: bytes) -> None:
         self.s3.put_object(Bucket=loc.bucket, Key=key, Body=body, ServerSideEncryption="AES256")
 
-    def upload_inputs(self, request: ProfileRequest, loc: S3Location, keys: dict[str, str]) -> None:
-        self._put(loc, keys["source"], source_tarball())
-        if request.script:
-            self._put(loc, keys["script"], Path(request.script).read_bytes())
-        req = self._requirements(request)
+    def upload_inputs(self, request: ProfileRequest, setup: RunSetup, keys: dict[str, str]) -> None:
+        """srifty's source, the project (its notes logged: what was left out, and why), and a
+        requirements file from outside the project."""
+        self._put(setup.loc, keys["source"], source_tarball())
+        if setup.bundle is not None:
+            tarball = setup.bundle.tarball()
+            self._put(setup.loc, keys["project"], tarball)
+            self.log(f"{setup.bundle.describe()} ({len(tarball) / MB:.1f} MB compressed)")
+            for note in setup.bundle.notes():
+                self.log(note)
+        req = self._requirements(request, setup.bundle)
         if req and keys.get("requirements"):
-            self._put(loc, keys["requirements"], Path(req).read_bytes())
+            self._put(setup.loc, keys["requirements"], req.read_bytes())
 
     def terminate(self, ids: list[str]) -> None:
         ids = self.registry.alive(ids)
@@ -625,19 +862,19 @@ class Ec2Backend(ProfilingBackend):
             raise
 
     # ------------------------------------------------------------------ one instance type
-    def _run_type(self, request: ProfileRequest, instance_type: str, run_id: str, loc: S3Location,
-                  ami: str, zones: list[str], out: str | None) -> TypeResult:
+    def _run_type(self, request: ProfileRequest, instance_type: str, setup: RunSetup, out: str | None) -> TypeResult:
         result = TypeResult(instance_type)
+        loc, run_id = setup.loc, setup.run_id
         spot = request.spot
         attempt = 1
         while True:
-            plan = self.type_plan(request, instance_type, run_id, loc, ami, zones[0], attempt, spot)
+            plan = self.type_plan(request, instance_type, setup, attempt, spot)
             result.attempts.append(plan.market)
             ids: list[str] = []
             try:
-                instances, zone = self._launch(plan.run_instances, zones)
+                instances, zone = self._launch(plan.run_instances, setup.zones)
                 ids = [x["InstanceId"] for x in instances]
-                ips = [x.get("PrivateIpAddress") for x in instances]
+                ips: list[str] = [x.get("PrivateIpAddress") or "" for x in instances]
                 if not all(ips):
                     ips = self._private_ips(ids)
                 self._put(loc, plan.keys["rendezvous"], json.dumps(self.rendezvous_doc(ips, run_id)).encode())
@@ -677,14 +914,26 @@ class Ec2Backend(ProfilingBackend):
             return result
 
     def _private_ips(self, ids: list[str]) -> list[str]:
-        waiter = self.ec2.get_waiter("instance_exists")
-        waiter.wait(InstanceIds=ids, WaiterConfig={"Delay": max(1, int(self.poll_interval)), "MaxAttempts": 40})
-        found: dict[str, str] = {}
-        for page in self.ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
-            for res in page["Reservations"]:
-                for inst in res["Instances"]:
-                    found[inst["InstanceId"]] = inst.get("PrivateIpAddress", "")
-        return [found.get(i, "") for i in ids]
+        """The private IPs RunInstances did not return: polled, since a new instance may not be
+        visible to DescribeInstances at once, and given up as soon as the run is stopped."""
+        from botocore.exceptions import ClientError
+
+        for _ in range(40):
+            found: dict[str, str] = {}
+            try:
+                for page in self.ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
+                    for res in page["Reservations"]:
+                        for inst in res["Instances"]:
+                            found[inst["InstanceId"]] = inst.get("PrivateIpAddress", "")
+            except ClientError as exc:
+                if _client_error_code(exc) != "InvalidInstanceID.NotFound":
+                    raise
+            if all(found.get(i) for i in ids):
+                return [found[i] for i in ids]
+            if self._stop.wait(self.poll_interval):
+                raise KeyboardInterrupt
+        raise ProfilingFailed(f"The instances {', '.join(ids)} got no private IP address.",
+                              "Check the subnet of the default VPC; they were terminated.")
 
     def _wait(self, request: ProfileRequest, plan: TypePlan, loc: S3Location, ids: list[str], attempt: int) -> str:
         """Poll until the profile (or failure marker) arrives, the instances are lost, or time runs out."""
@@ -705,7 +954,7 @@ class Ec2Backend(ProfilingBackend):
                 return "profile" if self._object_exists(loc, plan.keys["profile"]) else "lost"
             if time.monotonic() > deadline:
                 return "timeout"
-            self.sleep(self.poll_interval)
+            self._stop.wait(self.poll_interval)  # wakes at once when the run is stopped
 
     def _object_exists(self, loc: S3Location, key: str) -> bool:
         from botocore.exceptions import ClientError
@@ -751,7 +1000,10 @@ class Ec2Backend(ProfilingBackend):
     def profile(self, request: ProfileRequest, out: str | None, progress: ProgressFn | None = None) -> dict[str, Any]:
         if self.node_mode():
             return super().profile(request, out, progress)
-        results = self.launch_all(request, out)
+        try:
+            results = self.launch_all(request, out)
+        except KeyboardInterrupt as exc:  # the clean-up has run: say so, as the local backend does
+            raise self._interrupted(exc) from None
         done = [r for r in results if r.doc is not None]
         failed = [r for r in results if r.error is not None]
         for r in done:
@@ -767,8 +1019,26 @@ class Ec2Backend(ProfilingBackend):
             )
         return done[0].doc  # type: ignore[return-value]
 
+    def _interrupted(self, exc: KeyboardInterrupt) -> ProfilingFailed:
+        """Ctrl-C or SIGTERM/SIGHUP, after the clean-up: a ProfilingFailed that exits 128 + the
+        signal's number, like an interrupted local run (click would print a bare "Aborted.")."""
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        launched, left = self.registry.launched, self.registry.alive()
+        if not launched:
+            outcome = "nothing had been launched"
+        elif not left:
+            outcome = f"all {len(launched)} instance(s) it launched were terminated"
+        else:
+            outcome = f"{len(left)} instance(s) may still run: {', '.join(left)}"
+        err = ProfilingFailed(f"EC2 profiling was interrupted ({what}): {outcome}.",
+                              f"`srifty ec2 cleanup --run-id {self.run_id}` finds anything left." if launched else None)
+        err.exit_code = 128 + signum
+        return err
+
     def launch_all(self, request: ProfileRequest, out: str | None) -> list[TypeResult]:
-        """Launch every type in parallel; terminate everything launched on every exit path."""
+        """Check, get consent, prepare, and profile every type in parallel. Every instance launched
+        is terminated on every exit path, however many times Ctrl-C is pressed."""
         self.validate(request)
         if not request.instance_profile:
             raise SriftyError(
@@ -776,53 +1046,112 @@ class Ec2Backend(ProfilingBackend):
                 "credentials (srifty never puts keys in user data).",
                 "Create one as docs/aws-permissions.md shows, then add --instance-profile srifty-profiler.")
         self._region = self._region_of(request)
-        run_id = request.run_id or uuid.uuid4().hex[:12]
-        plans = self.type_plans(request, run_id, None, request.ami, None)
-        self.check_cost(request, plans)
+        config = Ec2Config.load()
+        run_id = self.run_id = request.run_id or uuid.uuid4().hex[:12]
+        bundle = self.project(request, config)
+        draft = RunSetup(run_id, self._planned_loc(request), request.ami, [], bundle)
+        self.approve(request, self.type_plans(request, draft), config)
         self._stop.clear()
+        with InterruptLatch() as latch:
+            setup = self._prepare(request, run_id, bundle)
+            return self._run_types(request, setup, out, latch)
+
+    def _planned_loc(self, request: ProfileRequest) -> S3Location:
+        """--s3-uri, or the bucket srifty would create (the account id is not looked up to plan)."""
+        if request.s3_uri:
+            return S3Location.parse(request.s3_uri)
+        return S3Location(f"srifty-<account-id>-{self._region_of(request)}", "srifty")
+
+    def _prepare(self, request: ProfileRequest, run_id: str, bundle: ProjectBundle | None) -> RunSetup:
+        """The AMI, the zones, the bucket, and the inputs uploaded: nothing is launched yet."""
         ami = self.resolve_ami(request)
         zones = self.zones()
         if not zones:
             raise SriftyError(f"No available zones in {self._region}.", "Check --region.")
-        loc = self.ensure_bucket(request)
-        self.upload_inputs(request, loc, self.type_plan(request, request.instance_types[0], run_id, loc, ami, zones[0], 1, request.spot).keys)
+        setup = RunSetup(run_id, self.ensure_bucket(request), ami, zones, bundle)
+        self.upload_inputs(request, setup, self.type_plan(request, request.instance_types[0], setup, 1, request.spot).keys)
         self.log(f"srifty run {run_id}: {', '.join(request.instance_types)} in {self._region}; "
-                 f"inputs at {loc.uri('runs', run_id)}; `srifty ec2 cleanup --run-id {run_id}` removes leftovers")
-        results: dict[str, TypeResult] = {}
+                 f"inputs at {setup.loc.uri('runs', run_id)}; `srifty ec2 cleanup --run-id {run_id}` removes leftovers")
+        return setup
+
+    def _run_types(self, request: ProfileRequest, setup: RunSetup, out: str | None,
+                   latch: InterruptLatch) -> list[TypeResult]:
+        """One thread per type. However the wait ends (all done, an error, Ctrl-C), the threads are
+        stopped and waited for and every instance still alive is terminated (:meth:`_finish`)."""
         pool = ThreadPoolExecutor(max_workers=len(request.instance_types), thread_name_prefix="srifty-ec2")
         futures: dict[Future[TypeResult], str] = {}
         try:
             for t in request.instance_types:
-                futures[pool.submit(self._run_type, request, t, run_id, loc, ami, zones, out)] = t
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    t = futures[f]
-                    try:
-                        results[t] = f.result()
-                    except KeyboardInterrupt:
-                        raise
-                    except SriftyError as exc:
-                        results[t] = TypeResult(t, error=exc)
-                    except Exception as exc:  # an AWS error for one type: report it with the others
-                        results[t] = TypeResult(t, error=ProfilingFailed(f"{type(exc).__name__}: {exc}"))
+                futures[pool.submit(self._run_type, request, t, setup, out)] = t
+            results = self._gather(futures)
         except BaseException:
             self._stop.set()  # the other threads stop at their next poll
             raise
         finally:
-            try:
-                pool.shutdown(wait=True, cancel_futures=True)
-            finally:
-                left = self.registry.alive()
-                if left:
-                    self.log(f"terminating {len(left)} instance(s) of run {run_id}: {', '.join(left)}")
-                    try:
-                        self.terminate(left)
-                    except Exception as exc:
-                        raise SriftyError(f"Could not terminate {', '.join(left)}: {exc}.",
-                                          f"Run `srifty ec2 cleanup --run-id {run_id} --region {self._region}` now.") from exc
+            self._finish(pool, list(futures), setup, latch)
         return [results[t] for t in request.instance_types]
+
+    @staticmethod
+    def _gather(futures: dict[Future[TypeResult], str]) -> dict[str, TypeResult]:
+        """Each type's result as it comes; one type's error is reported with the others'."""
+        results: dict[str, TypeResult] = {}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for f in finished:
+                t = futures[f]
+                try:
+                    results[t] = f.result()
+                except KeyboardInterrupt:
+                    raise
+                except SriftyError as exc:
+                    results[t] = TypeResult(t, error=exc)
+                except Exception as exc:  # an AWS error for one type: report it with the others
+                    results[t] = TypeResult(t, error=ProfilingFailed(f"{type(exc).__name__}: {exc}"))
+        return results
+
+    def _finish(self, pool: ThreadPoolExecutor, futures: list[Future[TypeResult]], setup: RunSetup,
+                latch: InterruptLatch) -> None:
+        """Wait for every thread, then terminate every instance still alive; runs to its end.
+
+        The latch keeps later signals from raising. The only one that can still raise here is
+        the first, when the run had ended without one: it is held until the clean-up is done."""
+        held: KeyboardInterrupt | None = None
+        while True:
+            try:
+                self._wait_threads(futures, setup, latch)
+                pool.shutdown(wait=True)  # the threads have returned: nothing left for exit to join
+                self._terminate_left(setup)
+                break
+            except KeyboardInterrupt as exc:
+                held = held or exc
+                self._stop.set()
+        if held is not None:
+            raise held
+
+    def _wait_threads(self, futures: list[Future[TypeResult]], setup: RunSetup, latch: InterruptLatch) -> None:
+        """Until every type's thread has returned (one in an AWS call returns when the call does);
+        each further Ctrl-C meanwhile is answered with what srifty is waiting for."""
+        seen = latch.count
+        pending = {f for f in futures if not f.done()}
+        while pending:
+            _, pending = wait(pending, timeout=0.25)
+            if latch.count > seen:
+                seen = latch.count
+                self.log(f"Still stopping run {setup.run_id}: waiting for {len(pending)} instance type(s) to stop, "
+                         "then terminating every instance launched. To abandon that, kill srifty (Ctrl-\\) and run "
+                         f"`srifty ec2 cleanup --run-id {setup.run_id} --region {self._region}`.")
+
+    def _terminate_left(self, setup: RunSetup) -> None:
+        left = self.registry.alive()
+        if not left:
+            return
+        self.log(f"terminating {len(left)} instance(s) of run {setup.run_id}: {', '.join(left)}")
+        try:
+            self.terminate(left)
+        except Exception as exc:
+            raise SriftyError(f"Could not terminate {', '.join(left)}: {exc}.",
+                              f"Run `srifty ec2 cleanup --run-id {setup.run_id} --region {self._region}` now.") from exc
 
 
 # --------------------------------------------------------------------------- helpers

@@ -104,6 +104,9 @@ class ProfileRequest:
     time_cap: float | None = None
     requirements: str | None = None
     run_id: str | None = None
+    yes: bool = False  # --yes: consent to the estimated cost without being asked
+    # asks the user to consent to a launch's cost (the CLI's prompt, set only when stdin is a terminal)
+    confirm: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
 
     def validate(self) -> None:
         if self.nproc < 1:
