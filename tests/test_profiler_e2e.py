@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from srifty import profile as profile_mod
 from srifty import stats
 
-from conftest import EXAMPLES, ROOT, SCRIPTS, run_srifty
+from conftest import EXAMPLES, PROFILES, ROOT, SCRIPTS, run_srifty
 
 pytestmark = pytest.mark.slow
 
@@ -262,13 +263,19 @@ def test_script_that_never_calls_backward(tmp_path: Path, no_orphans) -> None:
     no_orphans(str(SCRIPTS / "no_backward.py"))
 
 
-def test_worker_crash_keeps_partial_profile(tmp_path: Path, no_orphans) -> None:
+def test_worker_crash_keeps_partial_profile_beside_a_complete_one(tmp_path: Path, no_orphans) -> None:
+    """The crashed run's records are kept, marked partial; the complete profile already at --out
+    (an earlier good run) is not replaced by them but kept, the partial one beside it."""
     out = tmp_path / "crash.json"
+    shutil.copy(PROFILES / "local" / "cnn_resnet.json", out)
+    before = out.read_bytes()
     res = run_srifty("profile", str(SCRIPTS / "crash_rank1.py"), "--nproc", "2", "--max-seconds", "60",
                      "--min-iterations", "1000", "--out", str(out))
     assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert "partial" in res.stderr
-    doc = profile_mod.load(out).doc
+    partial = tmp_path / "crash.partial.json"
+    assert f"kept in {partial}" in res.stderr
+    assert out.read_bytes() == before
+    doc = profile_mod.load(partial).doc
     assert doc["status"] == "partial"
     assert len(doc["ranks"][0]["iterations"]) >= 20
     no_orphans(str(SCRIPTS / "crash_rank1.py"))
