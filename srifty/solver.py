@@ -1031,13 +1031,22 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
 # --------------------------------------------------------------------------- loading
 
 
-def load_inputs(profile_paths: Sequence[str], catalog: "Catalog") -> tuple["JobProfile", Any]:
-    """The job of the given profiles and a catalog that also knows their profiled hosts."""
+def load_inputs(profile_paths: Sequence[str], catalog: "Catalog | None",
+                with_emulated: bool = False) -> tuple["JobProfile", Any]:
+    """The job of the given profiles and a catalog that also knows their profiled hosts (e.g.
+    'local', whose compute is then transferred). ``catalog`` None: the EC2 catalog;
+    ``with_emulated``: joined with the emulated one when the profiles ran on emulated hosts (as
+    ``predict`` answers; ``recommend`` searches only the catalog it is given)."""
     from srifty import profile as profile_mod
+    from srifty.catalog import Catalog
     from srifty.features import job_from_profiles
+    from srifty.model import catalog_for_jobs
 
     profiles = profile_mod.load_many(list(profile_paths))
     job = job_from_profiles(profiles)
+    if with_emulated:
+        catalog = catalog_for_jobs([job], catalog)
+    catalog = catalog or Catalog.default()
     hosts = profiled_hosts(profiles, catalog)
     return job, (ProfiledHostsCatalog(catalog, hosts) if hosts else catalog)
 

@@ -127,23 +127,13 @@ Without --model the model is trained on the shipped corpus in this process (a fe
 def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | None, local_batch_size: int | None,
                 model_path: str | None, catalog_path: str | None, as_json: bool) -> None:
     """Predict iteration time and throughput of a profiled model on other configurations."""
-    from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
+    from srifty.solver import load_inputs
 
     if bool(config_text) == bool(configs_csv):
         raise SriftyError("Give exactly one of --config and --configs.", "e.g. --config 4xg4dn.12xlarge")
-    from srifty import profile as profile_mod
-    from srifty.features import job_from_profiles
-    from srifty.solver import ProfiledHostsCatalog, profiled_hosts
-
-    profiles = profile_mod.load_many([profile_path])
-    job = job_from_profiles(profiles)
-    base = Catalog.default(catalog_path) if catalog_path else None
-    cat = m.catalog_for_jobs([job], base)
-    hosts = profiled_hosts(profiles, cat)  # e.g. 'local': its compute is transferred like recommend's
-    if hosts:
-        cat = ProfiledHostsCatalog(cat, hosts)
+    job, cat = load_inputs([profile_path], Catalog.default(catalog_path) if catalog_path else None, with_emulated=True)
     for w in getattr(cat, "warnings", []) or []:
         _warn(w)
     requests = [(config_text, local_batch_size, 0)] if config_text else _read_configs_csv(configs_csv or "")
