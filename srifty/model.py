@@ -27,7 +27,7 @@ from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
 from srifty.features import (FEATURES, INTER_LATENCY_US, LOOSE_PROFILE_CI, REGIME_FEATURES, RESIDUAL_FEATURES, TBF_GOODPUT,
                              CollectivePoint,
-                             FeatureBuilder, JobProfile, LinkScale, Run, hardware_of, run_config)
+                             FeatureBuilder, JobProfile, LinkScale, RowEstimate, Run, hardware_of, run_config)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -800,62 +800,78 @@ class Predictor:
         return FeatureBuilder(job, catalog, self.link_scale)
 
     def predict(self, job: JobProfile, catalog: "Catalog", rows: Sequence[tuple[ClusterConfig, int]]) -> list[Prediction]:
-        """Predictions for (resolved configuration, per-worker batch) rows; measured where the profile has them."""
+        """Predictions for (resolved configuration, per-worker batch) rows, with each row's warnings
+        (:func:`predict_table` gives the figures)."""
         import numpy as np
 
-        fb = self.builder(job, catalog)
-        X = fb.frame(rows)
-        ms = self.latency.predict(X)
-        lo, hi = self.latency.predict_interval(X)
-        oor = self.latency.out_of_range(X)
+        table = predict_table(self, self.builder(job, catalog), rows)
         out = []
         for i, (config, b) in enumerate(rows):
-            est = fb.row_estimate(config, b)  # already estimated for the frame above
-            warnings = list(est.notes)
-            wpn = config.workers_per_node()
-            run = job.measured_run(config, int(b))
-            world = sum(wpn)
-            if run is not None:
-                m, ci = run.step_ms, job.measured_rel_ci(run)  # the run's own 95% CI
-                it, interval, source = m, (m * (1 - ci), m * (1 + ci)), "measured"
-                warnings = [w for w in warnings if w not in est.loose_notes]
-                if ci > LOOSE_PROFILE_CI:
-                    warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
-            else:
-                widen = est.compute_rel_ci  # a loose profile: its uncertainty on top of the model's
-                it, interval = float(ms[i]), (float(lo[i]) * (1 - widen), float(hi[i]) * (1 + widen))
-                source = "transferred" if est.transferred else "predicted"
-                if sum(wpn) == 1:  # a single worker: the compute curve is the estimate
-                    it = est.sim_ms
-                    interval = (min(interval[0], it), max(interval[1], it))
-                if oor[i] and (sum(wpn) > 1 or est.transferred):  # else the profiled curve (predict_interval)
-                    warnings.append("far outside the training data (" + ", ".join(oor[i]) +
-                                    "): the interval is widened; treat the figure as a rough estimate")
+            est = table.estimates[i]
+            it = float(table.iteration_ms[i])
             if not np.isfinite(it):
                 raise ModelError(f"No estimate for {config.format()} at batch {b}.")
-            out.append(Prediction(config.format(), int(b), float(it), interval, world * b / (it / 1e3), source, warnings))
+            warnings = list(est.notes)
+            if table.source[i] == "measured":
+                warnings = [w for w in warnings if w not in est.loose_notes]
+                ci = table.measured_rel_ci[i]
+                if ci > LOOSE_PROFILE_CI:
+                    warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
+            elif table.out_of_range[i] and (config.world_size > 1 or est.transferred):
+                warnings.append("far outside the training data (" + ", ".join(table.out_of_range[i]) +
+                                "): the interval is widened; treat the figure as a rough estimate")
+            out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
+                                  config.world_size * b / (it / 1e3), str(table.source[i]), warnings))
         return out
 
-    def predict_frame(self, job: JobProfile, catalog: "Catalog", df: "pd.DataFrame") -> "pd.DataFrame":
-        """Vectorised over rows of (instance_type, workers_per_node, nodes, local_batch_size):
-        the model runs once per distinct row and the results are joined back."""
-        from srifty.configspec import NodeGroup
 
-        keys = ["instance_type", "workers_per_node", "nodes", "local_batch_size"]
-        missing = [k for k in keys if k not in df.columns]
-        if missing:
-            raise ModelError(f"predict_frame needs the column(s) {', '.join(missing)}.")
-        distinct = df[keys].drop_duplicates().reset_index(drop=True)
-        rows = [(ClusterConfig((NodeGroup(int(r.nodes), str(r.instance_type), int(r.workers_per_node)),)),
-                 int(r.local_batch_size)) for r in distinct.itertuples()]
-        fb = self.builder(job, catalog)
-        X = fb.frame(rows)
-        distinct["iteration_ms"] = self.latency.predict(X)
-        lo, hi = self.latency.predict_interval(X)
-        distinct["interval_low_ms"], distinct["interval_high_ms"] = lo, hi
-        distinct["throughput_samples_per_s"] = (distinct["workers_per_node"] * distinct["nodes"] *
-                                                distinct["local_batch_size"] / (distinct["iteration_ms"] / 1e3))
-        return df.merge(distinct, on=keys, how="left")
+@dataclass
+class PredictionTable:
+    """Predictions for many rows at once (:func:`predict_table`), one entry per row."""
+
+    iteration_ms: "np.ndarray"
+    low_ms: "np.ndarray"
+    high_ms: "np.ndarray"
+    source: "np.ndarray"  # measured | predicted | transferred
+    measured_rel_ci: "np.ndarray"  # the measured run's own 95% CI (0 where not measured)
+    features: "pd.DataFrame"  # the builder's feature table (sim_ms, compute_ms, batch bounds included)
+    estimates: list[RowEstimate]
+    out_of_range: list[list[str]]  # the features far outside the training data, per row
+
+
+def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
+                  rows: Sequence[tuple[ClusterConfig, float]]) -> PredictionTable:
+    """The one prediction path: every command's figures come from here.
+
+    Rows are (resolved configuration, per-worker batch). A row the profile measured gets that
+    run's step time and its own 95% CI; one worker gets the compute curve itself (its interval
+    stretched to hold it); others get the latency model (``predictor``) over the simulator, or,
+    with ``predictor`` None, the simulator alone (the interval is then the point). A loose
+    profile's uncertainty widens every interval built on it. The model runs once over all rows.
+    """
+    import numpy as np
+
+    X = builder.frame(rows)
+    estimates = [builder.row_estimate(config, b) for config, b in rows]
+    sim = X["sim_ms"].to_numpy(dtype=float)
+    if predictor is not None:
+        it = np.asarray(predictor.latency.predict(X), dtype=float)
+        lo, hi = (np.asarray(a, dtype=float) for a in predictor.latency.predict_interval(X))
+        out_of_range = predictor.latency.out_of_range(X)
+    else:
+        it, lo, hi = sim.copy(), sim.copy(), sim.copy()
+        out_of_range = [[] for _ in rows]
+    it = np.where(X["world_size"].to_numpy(dtype=float) == 1, sim, it)  # one worker: the compute curve
+    widen = np.array([e.compute_rel_ci for e in estimates], dtype=float)
+    lo, hi = np.minimum(lo, it) * (1 - widen), np.maximum(hi, it) * (1 + widen)
+    source = np.where(X["transferred"].to_numpy() > 0.5, "transferred", "predicted").astype(object)
+    measured_ci = np.zeros(len(rows))
+    for i, (config, b) in enumerate(rows):
+        run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
+        if run is not None:  # measured: the point, and the run's own CI
+            ci = measured_ci[i] = builder.job.measured_rel_ci(run)
+            it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
+    return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range)
 
 
 # --------------------------------------------------------------------------- persistence

@@ -43,7 +43,7 @@ from srifty.catalog import Market
 from srifty.configspec import MAX_SEARCH_NODES
 from srifty.errors import SriftyError
 from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
-from srifty.model import MODEL_CODE, LatencyModel
+from srifty.model import MODEL_CODE, LatencyModel, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -157,13 +157,10 @@ class ThroughputOracle(Protocol):
 
 
 class ModelOracle:
-    """Adapter over the latency model (:class:`srifty.model.Predictor`) and its FeatureBuilder.
-
-    Same figures as ``Predictor.predict`` (measured where the profile has the exact run,
-    the single-worker compute curve for one worker, the learned model otherwise), with the
-    model run once over all rows. ``predictor=None`` uses the analytical simulator alone
-    (source still says predicted/transferred; the interval is then the point).
-    """
+    """The solver's view of the one prediction path (:func:`srifty.model.predict_table`):
+    homogeneous rows in a DataFrame, the figures every command gives. ``predictor=None`` uses the
+    analytical simulator alone (source still says predicted/transferred; the interval is then
+    the point)."""
 
     def __init__(self, job: "JobProfile", catalog: Any, predictor: "Predictor | None" = None) -> None:
         self.job = job
@@ -184,35 +181,25 @@ class ModelOracle:
         return max(sorted(counts), key=lambda b: counts[b])
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame":
+        """The figures of :func:`srifty.model.predict_table` for homogeneous rows, plus what the
+        solver composes mixes from (compute_ms, the profiled batch range) and the notes to show."""
         import numpy as np
 
-        from srifty.configspec import ClusterConfig, NodeGroup, from_placement
+        from srifty.configspec import ClusterConfig, NodeGroup
 
         configs = [(ClusterConfig((NodeGroup(int(n), str(t), int(w)),)), float(b))
                    for t, w, n, b in zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
                                          rows["local_batch_size"])]
-        X = self.builder.frame(configs)
-        sim = X["sim_ms"].to_numpy(dtype=float)
-        if self.predictor is not None:
-            it = np.asarray(self.predictor.latency.predict(X), dtype=float)
-            lo, hi = (np.asarray(a, dtype=float) for a in self.predictor.latency.predict_interval(X))
-        else:
-            it, lo, hi = sim.copy(), sim.copy(), sim.copy()
-        world = (rows["workers_per_node"] * rows["nodes"]).to_numpy()
-        single = world == 1  # one worker: the compute curve is the estimate (as Predictor.predict)
-        it = np.where(single, sim, it)
-        lo, hi = np.minimum(lo, it), np.maximum(hi, it)
-        transferred = X["transferred"].to_numpy() > 0.5
-        source = np.where(transferred, "transferred", "predicted").astype(object)
+        table = predict_table(self.predictor, self.builder, configs)
+        X = table.features
+        it, lo, hi, source = table.iteration_ms, table.low_ms, table.high_ms, table.source
         types = rows["instance_type"].to_numpy()
         for t in sorted(set(rows["instance_type"])):
             for note in self.builder.hardware(str(t)).notes:
                 if note not in self.notes:
                     self.notes.append(note)
             ci = self.job.compute_rel_ci(str(t))
-            if ci is not None and ci > LOOSE_PROFILE_CI:  # a loose profile: its uncertainty on top of the model's
-                mine = types == t
-                lo, hi = np.where(mine, lo * (1 - ci), lo), np.where(mine, hi * (1 + ci), hi)
+            if ci is not None and ci > LOOSE_PROFILE_CI:  # widened in predict_table; said here
                 note = loose_profile_note(self.job.model, str(t), ci)
                 if note not in self.notes:
                     self.notes.append(note)
@@ -235,14 +222,6 @@ class ModelOracle:
             note = gradient_estimated_note(self.builder.grad_bytes)
             if note not in self.notes:
                 self.notes.append(note)
-        for i, (t, w, n, b) in enumerate(zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
-                                             rows["local_batch_size"])):
-            if float(b).is_integer():
-                run = self.job.measured_run(from_placement(str(t), [int(w)] * int(n)), int(b))
-                if run is not None:  # measured: the point, and the run's own CI
-                    ci = self.job.measured_rel_ci(run)
-                    it[i], lo[i], hi[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci)
-                    source[i] = "measured"
         out = rows.copy()
         out["iteration_ms"] = it
         out["interval_low_ms"] = lo
