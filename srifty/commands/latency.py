@@ -180,7 +180,7 @@ Examples:
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the Markdown report here (e.g. docs/ACCURACY.md).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a predicted-vs-measured PNG here.")
 @click.option("--readme", type=click.Path(dir_okay=False, exists=True),
-              help="Replace the generated accuracy table in this README (between its marker lines).")
+              help="Replace the generated accuracy summary line in this README (between its marker lines).")
 @click.option("--json", "as_json", is_flag=True, help="Print the pooled figures as JSON.")
 def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
                  as_json: bool) -> None:
@@ -201,7 +201,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     if plot:
         check_plot_format(plot)
     if readme:  # no markers: say so before minutes of fitting
-        v.replace_readme_table(Path(readme).read_text(), "")
+        v.replace_readme_summary(Path(readme).read_text(), "")
     report = v.ValidationReport()
     real_jobs = []
     batch_jobs: dict[str, list] = {}  # compute at another batch: every corpus, by name
@@ -244,7 +244,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
                           + v.render_gpu_transfer(transfer, transfer_notes) + v.render_batch_scaling(batch_checks))
     if readme:
         text = Path(readme).read_text()
-        atomic_write_text(readme, v.replace_readme_table(text, v.render_readme_table(report, checks, command, transfer)))
+        atomic_write_text(readme, v.replace_readme_summary(text, v.render_readme_summary(report, command)))
     pooled = report.pooled()
     if as_json:
         allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
