@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test demo profiles corpus repeatability gpu-speed gpu-check model accuracy bench evaluate clean
+.PHONY: setup test test-fast demo profiles corpus repeatability gpu-speed gpu-check model accuracy bench evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ setup:
 
 test:
 	$(BIN)/python -m pytest -q
+
+# The inner loop: everything but real torchrun jobs and emulated hosts (no root needed).
+test-fast:
+	$(BIN)/python -m pytest -q -m "not slow and not cluster"
 
 # The main job on shipped data, no cloud account: the recorded profiles, then the
 # configurations to rent for one of them (with the latency model shipped in srifty/data).

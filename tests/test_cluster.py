@@ -179,6 +179,7 @@ def test_cli_help_lists_cluster_without_heavy_imports() -> None:
 
 # ---- the real system ---------------------------------------------------------------------------
 
+@pytest.mark.cluster
 @needs_root
 def test_shaping_matches_configured_bandwidth(two_hosts: lib.ClusterState) -> None:
     # 12.5 MB at 100 Mbit/s: about one second each way. The shaper caps the rate, while the
@@ -196,6 +197,7 @@ def test_shaping_matches_configured_bandwidth(two_hosts: lib.ClusterState) -> No
         assert abs(t.ratio - 1) < 0.15
 
 
+@pytest.mark.cluster
 @needs_root
 def test_cpu_share_slows_compute_and_calibrate_records_it(two_hosts: lib.ClusterState) -> None:
     state = lib.calibrate(two_hosts, iterations=1_000_000, repeats=5)
@@ -210,6 +212,7 @@ def test_cpu_share_slows_compute_and_calibrate_records_it(two_hosts: lib.Cluster
     assert lib.host_env(stored, "half0")["SRIFTY_EMU_CPU_FACTOR"] == f"{half.factor:.4f}"
 
 
+@pytest.mark.cluster
 @needs_root
 def test_host_command_runs_in_namespace_and_cgroup(two_hosts: lib.ClusterState) -> None:
     code = ("import socket, sys; print(open('/proc/self/cgroup').read()); "
@@ -231,6 +234,7 @@ def test_host_command_runs_in_namespace_and_cgroup(two_hosts: lib.ClusterState) 
     assert [(h.quota_us, h.period_us) for h in st.hosts] == [(10000, 20000), (20000, 20000)]
 
 
+@pytest.mark.cluster
 @needs_root
 def test_up_is_idempotent_and_refuses_a_different_cluster(cluster_name: str) -> None:
     first = lib.up(SPEC, [("t.half", 1), ("t.full", 1)], cluster=cluster_name)
@@ -250,6 +254,7 @@ def test_up_is_idempotent_and_refuses_a_different_cluster(cluster_name: str) -> 
     assert lib.verify(repaired) == []
 
 
+@pytest.mark.cluster
 @needs_root
 def test_down_kills_processes_and_leaves_nothing(cluster_name: str) -> None:
     state = lib.up(SPEC, [("t.half", 1), ("t.full", 1)], cluster=cluster_name)
@@ -264,6 +269,7 @@ def test_down_kills_processes_and_leaves_nothing(cluster_name: str) -> None:
     assert leftovers(cluster_name) == [] and not lib.state_path(cluster_name).exists()
 
 
+@pytest.mark.cluster
 @needs_root
 def test_down_sweeps_without_state_file(cluster_name: str) -> None:
     state = lib.up(SPEC, [("t.half", 1), ("t.full", 1)], cluster=cluster_name)
@@ -293,6 +299,7 @@ def _wait_for_first_host(cluster: str, proc: subprocess.Popen[str]) -> None:
     assert proc.poll() is None, "up finished before it could be interrupted"
 
 
+@pytest.mark.cluster
 @needs_root
 def test_crash_mid_up_then_down_sweeps(cluster_name: str) -> None:
     proc = _up_in_subprocess(cluster_name, 20)
@@ -304,6 +311,7 @@ def test_crash_mid_up_then_down_sweeps(cluster_name: str) -> None:
     assert leftovers(cluster_name) == []  # ...and down removed them
 
 
+@pytest.mark.cluster
 @needs_root
 def test_interrupt_mid_up_cleans_up_by_itself(cluster_name: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
