@@ -30,38 +30,26 @@ class UntrustedModelFile(SriftyError):
     """A model file that declares types outside the allow-list, or is no skops file at all."""
 
 
-class _NoTorch:
-    """A meta-path finder that refuses to import torch (see :func:`skops_io`)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"{name} is not imported while skops loads (srifty.safe_skops)")
-        return None
-
-
 def skops_io() -> Any:
-    """``skops.io``, imported without importing torch.
+    """``skops.io``, imported without scikit-learn's estimator walk.
 
-    skops builds its trusted-type list with ``sklearn.utils.all_estimators()``, whose
-    ``pkgutil.walk_packages`` imports every sklearn package on the way, including
-    ``sklearn.externals.array_api_compat.torch``, which imports torch (5-10 s). No srifty model
-    holds a torch type, so while skops is first imported a meta-path finder refuses torch
-    (walk_packages skips packages that fail to import) and is removed straight after. If torch
-    is already loaded nothing is changed; a later ``import torch`` works as usual.
+    On import skops builds its default trusted-type list from ``sklearn.utils.all_estimators()``,
+    whose ``pkgutil.walk_packages`` imports every scikit-learn package (about 0.6 s here, and
+    ``sklearn.externals.array_api_compat.torch`` drags torch in, 5-10 s more). srifty never
+    relies on that list: :func:`load` trusts exactly its caller's allow-list and passes it to
+    skops explicitly. So while skops is first imported the walk returns nothing; it is restored
+    straight after, for anyone else who calls it.
     """
-    if "skops.io" in sys.modules or "torch" in sys.modules:
-        import skops.io as sio
+    if "skops.io" not in sys.modules:
+        import sklearn.utils
 
-        return sio
-    guard = _NoTorch()
-    sys.meta_path.insert(0, guard)
-    try:
-        import skops.io as sio
-    finally:
-        sys.meta_path.remove(guard)
-        for name in [n for n in sys.modules if n.startswith("sklearn.externals.array_api_compat.torch")]:
-            del sys.modules[name]  # a half-imported package: let a later import start afresh
-    return sio
+        walk = sklearn.utils.all_estimators
+        sklearn.utils.all_estimators = lambda *args, **kwargs: []
+        try:
+            import skops.io  # noqa: F401 - imported for its side effect on sys.modules
+        finally:
+            sklearn.utils.all_estimators = walk
+    return sys.modules["skops.io"]
 
 
 def declared_types(path: str | Path) -> set[tuple[str, str]]:
