@@ -4,9 +4,11 @@ until MODEL_REVISION changes (tests/test_golden.py).
     python scripts/golden_predictions.py           # check: print what moved, exit 1 if anything did
     python scripts/golden_predictions.py --write   # after `srifty fit` (make model): record them
 
-``--write`` refuses to record predictions that moved under the same MODEL_REVISION: a change
-that moves a prediction must raise the revision, so that every saved and cached model of the
-old revision is taken for stale.
+``--write`` refuses to record predictions that moved under the same MODEL_REVISION and the same
+training corpus: a code change that moves a prediction must raise the revision, so that every
+saved and cached model of the old revision is taken for stale. A new corpus (the shipped
+model's card names another data_sha256) moves predictions by itself; cached models trained on
+the old one are already stale by their card.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def moved(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from srifty.model import MODEL_REVISION
+    from srifty.model import MODEL_REVISION, SHIPPED_MODEL, read_card
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="record the predictions (after `make model`)")
@@ -88,13 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         print("\n".join(changes) or f"golden predictions unchanged (revision {MODEL_REVISION})")
         return 1 if changes else 0
-    if old and old.get("revision") == MODEL_REVISION and changes:
-        print(f"Predictions moved, but MODEL_REVISION is still {MODEL_REVISION}:\n  " + "\n  ".join(changes)
-              + "\nRaise MODEL_REVISION in srifty/model.py, then run `make model` again.", file=sys.stderr)
+    corpus = (read_card(SHIPPED_MODEL) or {}).get("data_sha256")
+    if old and old.get("revision") == MODEL_REVISION and old.get("data_sha256") == corpus and changes:
+        print(f"Predictions moved, but MODEL_REVISION is still {MODEL_REVISION} and the corpus is the same:\n  "
+              + "\n  ".join(changes) + "\nRaise MODEL_REVISION in srifty/model.py, then run `make model` again.",
+              file=sys.stderr)
         return 1
     from srifty.profile import atomic_write_text
 
-    atomic_write_text(GOLDEN, json.dumps({"revision": MODEL_REVISION, "predictions": new}, indent=1) + "\n")
+    atomic_write_text(GOLDEN, json.dumps({"revision": MODEL_REVISION, "data_sha256": corpus, "predictions": new},
+                                         indent=1) + "\n")
     print(f"wrote {GOLDEN} ({len(new)} setups, revision {MODEL_REVISION})")
     return 0
 

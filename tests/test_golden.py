@@ -23,6 +23,8 @@ spec.loader.exec_module(golden)
 def test_the_shipped_model_and_the_golden_predictions_are_of_this_revision() -> None:
     recorded = json.loads(golden.GOLDEN.read_text())
     assert recorded["revision"] == m.MODEL_REVISION, "golden predictions of another revision: run `make model`"
+    assert recorded["data_sha256"] == m.read_card(m.SHIPPED_MODEL)["data_sha256"], \
+        "golden predictions of another corpus: run `make model`"
     assert m.read_card(m.SHIPPED_MODEL)["revision"] == m.MODEL_REVISION, "shipped model of another revision: " \
                                                                            "run `make model`"
     assert len(recorded["predictions"]) == len(golden.SETUPS)
@@ -44,10 +46,15 @@ def test_a_moved_prediction_is_caught_and_cannot_be_recorded_under_the_same_revi
     assert len(golden.moved(nudged, recorded["predictions"])) == 1
     assert golden.moved(recorded["predictions"], recorded["predictions"]) == []
     fake = tmp_path / "golden.json"
-    fake.write_text(json.dumps({"revision": m.MODEL_REVISION, "predictions": nudged}))
+    same = {"revision": m.MODEL_REVISION, "data_sha256": recorded["data_sha256"], "predictions": nudged}
+    fake.write_text(json.dumps(same))
     monkeypatch.setattr(golden, "GOLDEN", fake)
-    assert golden.main(["--write"]) == 1  # moved under the same revision: refused
+    assert golden.main(["--write"]) == 1  # moved under the same revision and corpus: refused
     assert json.loads(fake.read_text())["predictions"] == nudged
+    fake.write_text(json.dumps({**same, "data_sha256": "another corpus"}))
+    assert golden.main(["--write"]) == 0  # a new corpus moves predictions by itself: recorded
+    assert json.loads(fake.read_text())["data_sha256"] == recorded["data_sha256"]
+    fake.write_text(json.dumps(same))
     monkeypatch.setattr(m, "MODEL_REVISION", m.MODEL_REVISION + 1)
     assert golden.main(["--write"]) == 0  # a new revision: recorded
     assert json.loads(fake.read_text())["revision"] == m.MODEL_REVISION

@@ -915,16 +915,20 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     text = readme.read_text()  # the table between the markers is replaced, the rest kept
     assert text.startswith("# intro\n\n" + README_START) and text.endswith(README_END + "\n\n## after\n")
     assert "old figures" not in text
-    known = json.loads(res.stdout)["grad_known"]["pollux/lomo-1gpu"]  # models with a stated parameter count only
+    grad_known = json.loads(res.stdout)["grad_known"]  # splits where some models lack a stated parameter count
     pollux = load_corpus([str(ROOT / "profiles/pollux")])
-    assert known["n"] == sum(1 for j in pollux if j.param_count or j.grad_bytes for r in j.runs if r.world_size >= 2)
-    assert 0 < known["n"] < splits["pollux/lomo-1gpu"]["model"]["n"]
+    assert all(j.param_count for j in pollux) and "pollux/lomo-1gpu" not in grad_known  # every Pollux size stated
+    known = grad_known["lambda/lomo-1gpu"]  # models with a stated parameter count only
+    lam = load_corpus([str(ROOT / "profiles/lambda")])
+    assert known["n"] == sum(1 for j in lam if j.param_count or j.grad_bytes for r in j.runs if r.world_size >= 2)
+    assert 0 < known["n"] < splits["lambda/lomo-1gpu"]["model"]["n"]
     # the README gets one summary line: each corpus's first split, the stated-gradient figure, the link
     lomo = splits["pollux/lomo-1gpu"]["model"]
     summary = text.split(README_START + "\n")[1].split("\n" + README_END)[0]
     assert "\n" not in summary and summary.endswith("[docs/ACCURACY.md](docs/ACCURACY.md).")
-    assert f"pollux/lomo-1gpu {lomo['mape']:.1f}% (" in summary
-    assert f"; {known['mape']:.1f}% on the {known['n']} rows whose gradient size is stated; noise floor " in summary
+    assert f"pollux/lomo-1gpu {lomo['mape']:.1f}% (a model never seen, from its single-GPU runs; noise floor " \
+        in summary
+    assert f"; {known['mape']:.1f}% on the {known['n']} rows whose gradient size is stated)" in summary
     # interval coverage: the share of held-out rows inside the model's interval
     assert 0.0 < lomo["inside_interval"] <= 1.0
     emu = splits["emulated/loco"]

@@ -6,7 +6,9 @@ Input columns: model, trace, placement, nodes, gpus, local_bsz, step_time, sync_
 instance_type, gpu. ``placement`` lists the GPUs of each node as digits ("1113"); the
 scalability rows leave it blank where the GPUs are not spread evenly over the nodes, and
 those rows cannot be given a placement without guessing: they are left out and counted.
-Parameter counts come from pollux_param_counts.csv (computed by param_counts.py).
+Parameter counts: cifar10 and imagenet from pollux_param_counts.csv (computed by
+param_counts.py), deepspeech2 and ncf from pollux_model_param_counts.csv (counted from the
+Pollux artifact's model code and job configuration; its provenance column says where).
 """
 import csv
 import sys
@@ -15,11 +17,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "pollux_g4dn12xlarge_step_and_sync_time.csv"
 PARAMS = HERE / "pollux_param_counts.csv"
+ARTIFACT_PARAMS = HERE / "pollux_model_param_counts.csv"
 OUT = HERE / "pollux_g4dn12xlarge.import.csv"
 
 
 def main() -> int:
-    params = {r["model"]: r["param_count"] for r in csv.DictReader(PARAMS.open())}
+    params = {r["model"]: r["param_count"] for r in csv.DictReader(PARAMS.open()) if r["param_count"]}
+    for r in csv.DictReader(ARTIFACT_PARAMS.open()):
+        params.setdefault(r["model"], r["trainable_params"])
     kept, skipped = [], 0
     for r in csv.DictReader(SRC.open()):
         placement = r["placement"].strip()

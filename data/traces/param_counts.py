@@ -7,8 +7,8 @@ and lambda_param_counts.csv)
   (3x3 stem, no max-pool, 10 classes), the model of the AdaptDL `pytorch-cifar` example.
 - imagenet: ResNet-50 (torchvision layout: 7x7 stem, bottleneck blocks 3-4-6-3, 1000 classes),
   the model of the AdaptDL ImageNet example (pytorch/examples `--arch resnet50`).
-deepspeech2 and ncf depend on hyper-parameters (hidden sizes, embedding tables) that no
-source in this repository states, so their parameter counts are left blank.
+deepspeech2 and ncf depend on the artifact's hyper-parameters (hidden sizes, embedding tables):
+their counts are in pollux_model_param_counts.csv, counted from the artifact's own code.
 
 Lambda (lambdal/deeplearning-benchmark, NVIDIA DeepLearningExamples scripts):
 - ResNet-50 v1.5: the same parameters as ResNet-50 (v1.5 moves the stride, not the weights).
