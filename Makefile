@@ -41,7 +41,7 @@ clean:
 corpus:
 	$(BIN)/python scripts/make_corpus.py
 
-# How far the emulated corpus moves between sittings (needs root; ~5 min): docs/REPEATABILITY.md
+# How far the emulated corpus moves between recordings (needs root; ~5 min): docs/REPEATABILITY.md
 repeatability:
 	$(BIN)/python scripts/repeatability.py
 

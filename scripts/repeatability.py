@@ -5,11 +5,11 @@ Re-records a few of one model's corpus runs (single hosts and multi-host cluster
 settings as configs/corpus-grid.yaml) twice in a row, into runs/repeatability/, and compares
 them with the shipped profiles in profiles/emulated/. Writes docs/REPEATABILITY.md.
 
-What it shows: how far the same configuration moves between two sittings on this shared VM
-(the corpus was recorded on another day) and within one sitting — and, the figure that bounds
+What it shows: how far the same configuration moves between two recordings on this shared VM
+(the corpus was recorded on another day) and within one recording — and, the figure that bounds
 the latency model, how far a cluster's step time moves *relative to its hosts' single-host step
-times* between sittings. The model predicts a cluster from single-host profiles of the same
-sitting, so a shift common to all hosts does not hurt it; what is left is its noise floor.
+times* between recordings. The model predicts a cluster from single-host profiles of the same
+recording, so a shift common to all hosts does not hurt it; what is left is its noise floor.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main() -> int:
         "(recorded on an earlier day). Re-run it to see this machine's figures today.",
         "",
         "| configuration | corpus ms (±95% CI) | " + " | ".join(f"pass {p} ms (±CI)" for p in range(1, args.passes + 1))
-        + " | within-sitting spread | now / corpus | now / corpus, relative to its hosts alone |",
+        + " | within-recording spread | now / corpus | now / corpus, relative to its hosts alone |",
         "|---|---:|" + "---:|" * args.passes + "---:|---:|---:|",
     ]
     drifts = []
@@ -107,12 +107,12 @@ def main() -> int:
                      + f" | {spread:.1%} | {ratios[cfg]:.3f} | " + (f"{rel - 1:+.1%}" if rel is not None else "–") + " |")
     lines += [
         "",
-        "- *within-sitting spread*: (max − min) / median of the passes, back to back.",
+        "- *within-recording spread*: (max − min) / median of the passes, back to back.",
         "- *now / corpus*: median of the passes over the corpus figure; a shift common to every host "
         "(another load on the VM, another host CPU) shows here.",
         "- *relative to its hosts alone*: a cluster's now/corpus ratio over the geometric mean of its "
         "hosts' single-host ratios. The latency model predicts a cluster from single-host profiles "
-        "recorded in the same sitting, so this is the part of the change it cannot see: "
+        "recorded at the same time, so this is the part of the change it cannot see: "
         + (f"mean absolute {statistics.fmean(abs(d) for d in drifts):.1%}, largest {max(drifts, key=abs):+.1%} "
            f"over {len(drifts)} cluster(s). A leave-one-configuration-out error near these figures is at the noise "
            "floor of this machine." if drifts else "no multi-host configuration was run."),

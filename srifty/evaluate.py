@@ -284,13 +284,13 @@ def against_baseline(pick: Candidate | None, pick_regret: float | None, baseline
 class RecordingDrift:
     """How far this recording's measured throughputs lie from an earlier recording of the same
     space (same model, per-worker batch and configurations): the oracle's own repeatability from
-    one sitting to another, which bounds how closely a prediction can be checked against it."""
+    one recording to another, which bounds how closely a prediction can be checked against it."""
 
     previous: str  # which recording it was compared with
     configurations: int  # configurations measured in both
     single_host_mape: float  # mean |now / before - 1| over the single-host configurations
     multi_host_mape: float  # the same over the multi-host configurations
-    # the earlier figure of each multi-host configuration, scaled by how this sitting's single
+    # the earlier figure of each multi-host configuration, scaled by how this recording's single
     # hosts changed (geometric mean of its hosts' now/before ratios), taken as a prediction of
     # the figure now: what a predictor that knew the earlier recording exactly would miss by
     replay_mape: float
@@ -690,7 +690,7 @@ def drift_line(d: RecordingDrift) -> str:
             f"measured in both moved by {_pct(d.multi_host_mape)} on average (multi-host; single hosts "
             f"{_pct(d.single_host_mape)}). Each earlier multi-host figure scaled by how its hosts changed alone "
             f"still misses today's by {_pct(d.replay_mape)} (MAPE over {d.replayed}, worst {_pct(d.replay_worst)}): "
-            "what carrying the earlier recording over to this sitting would get, against which to read the "
+            "what carrying the earlier recording over to this recording would get, against which to read the "
             "prediction error above; when the machine is unchanged, it is about the floor for a predictor built "
             "from single-host profiles.")
 
