@@ -61,6 +61,9 @@ class SplitResult:
     grad_known: "np.ndarray | None" = None  # rows whose gradient size the profile states (not estimated, not unknown)
     inside: "np.ndarray | None" = None  # rows whose measured time lies in the model's predicted interval
     nodes: "np.ndarray | None" = None  # each row's node count
+    # each row's measured share of the step beyond its slowest worker's compute alone (exposed
+    # communication and what data parallelism costs besides): its regime
+    beyond_compute: "np.ndarray | None" = None
 
     def stats(self) -> dict[str, dict[str, float]]:
         import numpy as np
@@ -178,6 +181,67 @@ class ValidationReport:
         return out
 
 
+    def breakdown(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
+                  ) -> dict[str, list[dict[str, Any]]]:
+        """Per split, per group of rows (``group`` maps a fold's rows to indices into ``labels``):
+        rows, the model's MAPE, the best baseline's, and the share inside the model's interval."""
+        import numpy as np
+
+        out: dict[str, list[dict[str, Any]]] = {}
+        for split in dict.fromkeys(r.split for r in self.results):
+            rs = [r for r in self.results if r.split == split and r.inside is not None]
+            if not rs:
+                continue
+            idx = np.concatenate([group(r) for r in rs])
+            errors = {m: np.concatenate([r.errors[m] for r in rs]) for m in METHODS}
+            inside = np.concatenate([r.inside for r in rs])
+            cells = []
+            for k, label in enumerate(labels):
+                mine = idx == k
+                if not mine.any():
+                    continue
+                base = min(METHODS[1:], key=lambda m: float(np.mean(errors[m][mine])))
+                cells.append({"group": label, "rows": int(mine.sum()), "model_mape": float(np.mean(errors["model"][mine])),
+                              "baseline": base, "baseline_mape": float(np.mean(errors[base][mine])),
+                              "inside_interval": float(np.mean(inside[mine]))})
+            out[split] = cells
+        return out
+
+    def by_regime(self) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`breakdown` by REGIMES: the measured share of the step beyond compute alone."""
+        import numpy as np
+
+        edges = [hi for _, hi in REGIMES[:-1]]
+        return self.breakdown(lambda r: np.digitize(r.beyond_compute, edges) if r.beyond_compute is not None
+                              else np.full(r.n, -1), [label for label, _ in REGIMES])
+
+    def by_nodes(self) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`breakdown` by node count (NODE_BINS)."""
+        import numpy as np
+
+        edges = [hi + 0.5 for _, hi in NODE_BINS[:-1]]
+        return self.breakdown(lambda r: np.digitize(r.nodes, edges) if r.nodes is not None
+                              else np.full(r.n, -1), [label for label, _ in NODE_BINS])
+
+
+# Regimes of a row, by its measured share of the step beyond its slowest worker's compute alone
+# (label, upper edge): where communication is hidden, where it shows, where it sets the step.
+REGIMES = (("compute-bound (<10% beyond compute)", 0.10), ("mixed (10-40%)", 0.40),
+           ("communication-bound (>40%)", 1.01))
+NODE_BINS = (("1 node", 1), ("2 nodes", 2), ("3-4 nodes", 4), ("5-8 nodes", 8), ("9+ nodes", 10**6))
+
+
+def render_breakdown(title: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A Markdown table of :meth:`ValidationReport.breakdown`'s cells."""
+    lines = ["", title, "", "| split | rows of | rows | model MAPE % | best baseline MAPE % | inside the model's "
+             "5–95% interval % |", "|---|---|---:|---:|---:|---:|"]
+    for split, cells in table.items():
+        for c in cells:
+            lines.append(f"| {split} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
+                         f"{c['baseline_mape']:.1f} ({c['baseline']}) | {c['inside_interval'] * 100:.0f} |")
+    return lines
+
+
 # --------------------------------------------------------------------------- Pollux-style baseline
 
 
@@ -261,7 +325,8 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     errors = {m: np.abs(p - y) / y * 100 for m, p in preds.items()}
     known = te.X["grad_bytes_estimated"].to_numpy(dtype=float) == 0
     return SplitResult(split, fold, len(y), errors, y, preds, known, (lo <= y) & (y <= hi),
-                       te.X["nodes"].to_numpy(dtype=float))
+                       te.X["nodes"].to_numpy(dtype=float),
+                       np.clip(1.0 - te.X["compute_ms"].to_numpy(dtype=float) / y, 0.0, 1.0))
 
 
 def catalog_without_gpu_of(catalog: "Catalog", instance_type: str) -> "Catalog":
@@ -432,6 +497,11 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
                       *by_nodes[split][0], *by_nodes[split][1]) if split in by_nodes else ".")]
     for f in report.floors:
         lines += ["", floor_sentence(f)]
+    lines += render_breakdown("By regime: each held-out row by its measured share of the step beyond its slowest "
+                              "worker's compute alone (exposed communication, and what else data parallelism "
+                              "costs). The interval promises 90% inside in every row of this table.",
+                              report.by_regime())
+    lines += render_breakdown("By node count:", report.by_nodes())
     lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")
               if not_best else "The learned model beats every baseline on every fold."]
     pooled_losses = []

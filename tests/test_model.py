@@ -931,6 +931,17 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     assert f"; {known['mape']:.1f}% on the {known['n']} rows whose gradient size is stated)" in summary
     # interval coverage: the share of held-out rows inside the model's interval
     assert 0.0 < lomo["inside_interval"] <= 1.0
+    # every split also by regime and by node count: the groups partition the split's rows
+    doc = json.loads(res.stdout)
+    for key in ("by_regime", "by_nodes"):
+        for split, cells in doc[key].items():
+            assert sum(c["rows"] for c in cells) == splits[split]["model"]["n"], (key, split)
+            assert all(0.0 <= c["inside_interval"] <= 1.0 and c["model_mape"] >= 0 for c in cells)
+    regimes = {c["group"] for c in doc["by_regime"]["pollux/lomo-1gpu"]}
+    assert any(g.startswith("communication-bound") for g in regimes) and len(regimes) == 3
+    pooled_coverage = sum(c["inside_interval"] * c["rows"] for c in doc["by_regime"]["pollux/lomo-1gpu"])
+    assert pooled_coverage / lomo["n"] == pytest.approx(lomo["inside_interval"])
+    assert "By regime:" in out.read_text() and "By node count:" in out.read_text()
     emu = splits["emulated/loco"]
     assert f"emulated/loco {emu['model']['mape']:.1f}%" in summary
     assert {"pollux/lomo-1gpu", "pollux/nodes>4", "lambda/lomo-1gpu", "emulated/loco"} <= set(splits)

@@ -256,7 +256,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         floors = {f.corpus: {"rows": f.rows, "configurations": f.configurations, "mape": f.mape,
                              "by_model": {name: {"mape": mape, "rows": n} for name, mape, n in f.by_model}}
                   for f in report.floors}
-        click.echo(json.dumps({"splits": pooled, "grad_known": known, "noise_floor": floors, "allreduce": allreduce,
+        click.echo(json.dumps({"splits": pooled, "grad_known": known, "by_regime": report.by_regime(),
+                               "by_nodes": report.by_nodes(), "noise_floor": floors, "allreduce": allreduce,
                                "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(batch_checks),
                                "notes": report.notes + comm_notes + transfer_notes},
                               indent=1))
