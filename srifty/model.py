@@ -724,6 +724,7 @@ class Prediction:
     throughput_samples_per_s: float
     source: str  # measured | predicted | transferred
     warnings: list[str] = field(default_factory=list)
+    parts: dict[str, Any] = field(default_factory=dict)  # PredictionTable.parts: compute, communication, sources
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -786,6 +787,12 @@ class Predictor:
         meta = {
             "data_sha256": corpus_hash(jobs), "models": [j.model for j in jobs],
             "instance_types": sorted({t for j in jobs for t in j.instance_types}),
+            # the types whose TCP network (runs across nodes) and PCIe (several workers on a node)
+            # the fitted link efficiencies have seen: srifty.model.network_source
+            "multi_node_types": sorted({r.instance_type for j in jobs for r in j.runs
+                                        if len(r.workers_per_node) > 1 and not r.mixed}),
+            "multi_worker_node_types": sorted({r.instance_type for j in jobs for r in j.runs
+                                               if max(r.workers_per_node) > 1 and not r.mixed}),
             "rows": len(table.y_ms), "max_nodes": int(table.X["nodes"].max()),
             "residual_rows": {k: (v.n_rows if v is not None else 0) for k, v in latency.parts_.items()},
             "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
@@ -821,7 +828,8 @@ class Predictor:
                 warnings.append("far outside the training data (" + ", ".join(table.out_of_range[i]) +
                                 "): the interval is widened; treat the figure as a rough estimate")
             out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
-                                  config.world_size * b / (it / 1e3), str(table.source[i]), warnings))
+                                  config.world_size * b / (it / 1e3), str(table.source[i]), warnings,
+                                  table.parts(i)))
         return out
 
 
@@ -837,6 +845,50 @@ class PredictionTable:
     features: "pd.DataFrame"  # the builder's feature table (sim_ms, compute_ms, batch bounds included)
     estimates: list[RowEstimate]
     out_of_range: list[list[str]]  # the features far outside the training data, per row
+    compute_source: "np.ndarray"  # COMPUTE_SOURCES: where the row's compute comes from
+    network_source: "np.ndarray"  # NETWORK_SOURCES: where its communication comes from
+
+    def parts(self, i: int) -> dict[str, Any]:
+        """Row ``i``'s step split into the slowest worker's compute alone and the rest (exposed
+        communication and what else data parallelism costs), with where each came from."""
+        compute = float(self.features["compute_ms"].iloc[i])
+        return {"compute_ms": round(compute, 4), "compute_source": str(self.compute_source[i]),
+                "communication_ms": round(max(float(self.iteration_ms[i]) - compute, 0.0), 4),
+                "network_source": str(self.network_source[i])}
+
+
+# Where a prediction's compute comes from: the profile's own run of this configuration; the type's
+# profile at this per-worker batch; the type's profile at other batches (interpolated, or
+# extrapolated with bounds); another type's profile, carried over by device specs.
+COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred")
+# Where its communication comes from: nothing to communicate (one worker); nothing known (no
+# gradient size); the profile's own run; emulated links fitted on allreduce sweeps; link
+# efficiencies fitted on runs or nccl-tests of these instance types; or a prior: the catalog's
+# link figures with efficiencies fitted on other types.
+NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-type", "prior")
+
+
+def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[str, frozenset[str]]) -> str:
+    """Where the communication of ``config`` (resolved) comes from (NETWORK_SOURCES, less
+    "measured", which the caller knows). ``fitted``: per link kind ("tcp", "pcie"), the types the
+    model's efficiency for it was fitted on (runs across nodes, several workers on a node)."""
+    if config.world_size == 1:
+        return "none"
+    if not builder.grad_bytes:
+        return "unknown"
+    hws = [builder.hardware(g.instance_type) for g in config.groups]
+    if all(h.emulated for h in hws):
+        return "emulated-sweeps"
+    fast = {t for t, *_ in builder.link_scale.fast_links}
+    multi_node = config.nodes > 1
+    for g, h in zip(config.groups, hws):
+        kind = h.inter_kind if multi_node else h.intra_kind
+        if kind in ("efa", "nvlink"):
+            if g.instance_type not in fast:
+                return "prior"
+        elif g.instance_type not in fitted.get(kind, frozenset()):
+            return "prior"
+    return "fitted-on-type"
 
 
 def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
@@ -866,12 +918,20 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
     lo, hi = np.minimum(lo, it) * (1 - widen), np.maximum(hi, it) * (1 + widen)
     source = np.where(X["transferred"].to_numpy() > 0.5, "transferred", "predicted").astype(object)
     measured_ci = np.zeros(len(rows))
+    meta = predictor.meta if predictor is not None else {}
+    fitted = {"tcp": frozenset(meta.get("multi_node_types", ())), "pcie": frozenset(meta.get("multi_worker_node_types", ()))}
+    compute_source = np.array([
+        "transferred" if e.transferred else "profiled" if e.batch_bounds == (1.0, 1.0) else "profiled-other-batch"
+        for e in estimates], dtype=object)
+    net_source = np.array([network_source(builder, config, fitted) for config, _ in rows], dtype=object)
     for i, (config, b) in enumerate(rows):
         run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
         if run is not None:  # measured: the point, and the run's own CI
             ci = measured_ci[i] = builder.job.measured_rel_ci(run)
             it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
-    return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range)
+            compute_source[i] = "measured"
+            net_source[i] = "measured" if config.world_size > 1 else "none"
+    return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source)
 
 
 # --------------------------------------------------------------------------- persistence

@@ -655,9 +655,13 @@ def test_predict_json_shape(model_file: Path) -> None:
                    "--local-batch-size", "64", "--model", str(model_file), "--json")
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(d) == {"config", "local_batch_size", "iteration_ms", "interval_ms", "throughput_samples_per_s", "source"}
+    assert set(d) == {"config", "local_batch_size", "iteration_ms", "interval_ms", "throughput_samples_per_s", "source",
+                      "parts"}
     assert d["source"] == "predicted" and d["interval_ms"][0] <= d["iteration_ms"] <= d["interval_ms"][1]
     assert d["throughput_samples_per_s"] == pytest.approx(16 * 64 / (d["iteration_ms"] / 1e3), rel=1e-3)
+    parts = d["parts"]  # the step = the slowest worker's compute alone + the rest, each with its source
+    assert parts["compute_ms"] + parts["communication_ms"] == pytest.approx(d["iteration_ms"], rel=1e-4)
+    assert parts["compute_source"] in ("profiled", "profiled-other-batch") and parts["network_source"] == "fitted-on-type"
     # an exact measured config is reported as measured; another type as transferred
     res = _predict("--profile", str(POLLUX / "imagenet"), "--config", "1xg4dn.12xlarge:1",
                    "-b", "81", "--model", str(model_file), "--json")
@@ -673,6 +677,27 @@ def test_predict_json_shape(model_file: Path) -> None:
                    "1xp5.48xlarge", "-b", "256", "--model", str(model_file), "--json")
     assert res.exit_code == 0, res.stderr
     assert "by GPU/CPU spec ratio with measured GPU speed factors, a rough estimate" in res.stderr
+
+
+@pytest.mark.parametrize("profile, config, batch, compute, network", [
+    ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", "measured"),  # a run of the trace itself
+    ("pollux/imagenet", "2xg4dn.12xlarge", 48, "profiled-other-batch", "fitted-on-type"),
+    ("pollux/imagenet", "2xg5.xlarge", 32, "transferred", "prior"),  # TCP of a type no run has seen
+    ("pollux/imagenet", "1xg5.12xlarge", 32, "transferred", "prior"),  # its PCIe, likewise
+    ("local/cnn_resnet.json", "1xg5.xlarge", 32, "transferred", "none"),  # one worker: nothing to send
+    ("emulated/cnn_resnet", "2xemu.small+1xemu.net", 16, "profiled", "emulated-sweeps"),
+])
+def test_predict_says_where_compute_and_communication_come_from(profile: str, config: str, batch: int, compute: str,
+                                                                 network: str) -> None:
+    from srifty import model as m
+    from srifty.configspec import parse_config
+    from srifty.solver import load_inputs
+
+    job, cat = load_inputs([str(ROOT / "profiles" / profile)], None, with_emulated=True)
+    p = m.load(m.SHIPPED_MODEL).predict(job, cat, [(parse_config(config).resolved(cat), batch)])[0]
+    assert (p.parts["compute_source"], p.parts["network_source"]) == (compute, network)
+    assert p.parts["compute_source"] in m.COMPUTE_SOURCES and p.parts["network_source"] in m.NETWORK_SOURCES
+    assert p.parts["communication_ms"] == pytest.approx(max(p.iteration_ms - p.parts["compute_ms"], 0.0), abs=1e-3)
 
 
 def test_far_outside_training_range_warns(model_file: Path) -> None:
