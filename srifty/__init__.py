@@ -10,6 +10,11 @@ profiling API below is a no-op unless the script runs under ``srifty profile``:
         srifty.step()          # marks the end of one training iteration
 
 or, equivalently, ``with srifty.iteration(): ...`` around one iteration.
+
+On a mix of instance types with a different per-worker batch on each (``srifty recommend``),
+``srifty.local_batch_size(default)`` is the batch this worker should use and
+``srifty.weight_gradients_by_batch(ddp_model, batch)`` makes DDP's gradient that of the whole
+global batch (srifty.training, docs/training.md).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Iterator
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "step", "iteration"]
+from srifty.training import local_batch_size, weight_gradients_by_batch  # no torch import until called
+
+__all__ = ["__version__", "step", "iteration", "local_batch_size", "weight_gradients_by_batch"]
 
 
 def step() -> None:
