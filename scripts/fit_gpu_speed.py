@@ -6,8 +6,8 @@ prediction). Run with `make gpu-speed`, then `make model` (the model card hashes
 and `make accuracy`."""
 from __future__ import annotations
 
-from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON, Catalog
-from srifty.gpuspeed import fit_speed_corrections, read_lambda_single_gpu, write_corrections
+from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON, Catalog, write_corrections
+from srifty.gpuspeed import fit_speed_corrections, read_lambda_single_gpu
 from srifty.model import ROOT
 from srifty.profile import atomic_write_text
 from srifty.validate import transfer_spread, validate_gpu_transfer

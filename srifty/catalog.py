@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import csv
 import dataclasses
 import datetime as dt
 import difflib
@@ -29,18 +30,17 @@ import math
 import os
 import re
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from srifty.errors import SriftyError
+from srifty.outputs import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from srifty.gpuspeed import SpeedCorrection
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SNAPSHOT_CSV = "ec2_catalog.csv"
@@ -445,6 +445,40 @@ def resolve_advisor_commit(commit: str | None) -> str:
     )
 
 
+# --------------------------------------------------------------------------- GPU speed corrections
+# Measured factors on the spec speed ratio of GPUs: read here with the rest of the shipped data,
+# fitted by srifty.gpuspeed (`make gpu-speed`).
+
+CORRECTION_COLUMNS = ("gpu_name", "flops", "factor", "rates", "networks")
+
+
+@dataclass(frozen=True)
+class SpeedCorrection:
+    """The factor on one GPU's spec speed for work on one of its FLOPS figures."""
+
+    gpu_name: str
+    flops: str  # "fp16", "tf32" or "fp32": the figure Hardware.flops_kind picks for the precision
+    factor: float
+    rates: int  # measured rates of this GPU and figure that informed it
+    networks: int  # distinct networks among them
+
+
+def write_corrections(corrections: Sequence[SpeedCorrection], path: str | Path) -> None:
+    lines = [",".join(CORRECTION_COLUMNS)]
+    lines += [f"{c.gpu_name},{c.flops},{c.factor:.4f},{c.rates},{c.networks}" for c in corrections]
+    atomic_write_text(Path(path), "\n".join(lines) + "\n")
+
+
+def read_corrections(path: str | Path) -> list[SpeedCorrection]:
+    """The factors in a file :func:`write_corrections` wrote; none if the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return [SpeedCorrection(r["gpu_name"], r["flops"], float(r["factor"]), int(r["rates"]), int(r["networks"]))
+                for r in csv.DictReader(fh)]
+
+
 def _read_catalog_csv(path: Path) -> "pd.DataFrame":
     import pandas as pd
 
@@ -625,8 +659,6 @@ class Catalog:
     @property
     def speed_corrections(self) -> "list[SpeedCorrection]":
         """Measured factors on the spec speed ratio of GPUs (srifty.gpuspeed), shipped with srifty."""
-        from srifty.gpuspeed import read_corrections
-
         if not hasattr(self, "_speed_corrections"):
             self._speed_corrections = read_corrections(DATA_DIR / SPEED_CORRECTIONS_CSV)
         return self._speed_corrections
@@ -926,19 +958,6 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def check_not_user_edited(directory: Path) -> None:
     """Refuse (SriftyError) when the cached catalog differs from what refresh last wrote."""
     path = directory / SNAPSHOT_CSV
@@ -1035,10 +1054,10 @@ def refresh_catalog(regions: Sequence[str], *, directory: Path | None = None, fo
         out = pd.concat([kept[CATALOG_COLUMNS], fresh], ignore_index=True) if not kept.empty else fresh
         out = out.sort_values(["instance_type", "region"], kind="stable")
         text = out.to_csv(index=False, lineterminator="\n")
-        _atomic_write(target, text)
+        atomic_write_text(target, text)
         meta = {"schema": 1, "fetched_at": now.isoformat(timespec="seconds"), "regions": list(regions),
                 "sha256": hashlib.sha256(text.encode()).hexdigest(), "source": "aws-api", "warnings": warnings}
-        _atomic_write(directory / CACHE_META, json.dumps(meta, indent=1) + "\n")
+        atomic_write_text(directory / CACHE_META, json.dumps(meta, indent=1) + "\n")
     return RefreshResult(path=target, regions=list(regions), instance_types=len(names), rows=len(out),
                          spot_prices=len(zone_rows), ondemand_from_api=from_api,
                          fetched_at=meta["fetched_at"], warnings=warnings)

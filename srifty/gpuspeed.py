@@ -28,14 +28,13 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-if TYPE_CHECKING:
-    from srifty.catalog import Catalog, GpuSpec
-    from srifty.features import Hardware
+from srifty.catalog import Catalog, GpuSpec, SpeedCorrection
+from srifty.features import Hardware
+from srifty.simulate import Link
 
 RIDGE = 1.0  # penalty on each log factor, in units of one squared log error of a rate
-CORRECTION_COLUMNS = ("gpu_name", "flops", "factor", "rates", "networks")
 # Lambda's compiled tables name GPUs by board; srifty's GPU specs by what EC2 rents (PCIe boards
 # and workstation cards have other figures and no spec row here, so they are left out)
 LAMBDA_GPUS = {"V100-16GB": "V100", "V100-32GB": "V100-32GB", "A100-SXM4-40GB": "A100", "A100-SXM4-80GB": "A100-80GB",
@@ -81,17 +80,6 @@ def read_transfer_error(path: str | Path) -> TransferError | None:
     return TransferError(float(d["q05"]), float(d["q95"]), int(d["transfers"]))
 
 
-@dataclass(frozen=True)
-class SpeedCorrection:
-    """The factor on one GPU's spec speed for work on one of its FLOPS figures."""
-
-    gpu_name: str
-    flops: str  # "fp16", "tf32" or "fp32": the figure Hardware.flops_kind picks for the precision
-    factor: float
-    rates: int  # measured rates of this GPU and figure that informed it
-    networks: int  # distinct networks among them
-
-
 def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str]]:
     """Lambda's compiled single-GPU tables: the median over systems of each (release, model,
     precision, GPU). Releases (2022 v0 tables, v1 on NGC 22.09, v2 on NGC 24.10) are kept apart:
@@ -116,9 +104,6 @@ def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[
 
 def spec_hardware(spec: "GpuSpec", factors: Iterable[SpeedCorrection] = ()) -> "Hardware":
     """A one-GPU Hardware with ``spec``'s figures (links irrelevant), for speed ratios alone."""
-    from srifty.features import Hardware
-    from srifty.simulate import Link
-
     return Hardware(spec.gpu_name, 1, Link(1.0, 1.0), Link(1.0, 1.0), spec.fp32_tflops,
                     spec.memory_bandwidth_gbytes_per_s, None, tf32_tflops=spec.tf32_tflops_dense,
                     fp16_tflops=spec.fp16_bf16_tensor_tflops_dense,
@@ -173,21 +158,3 @@ def fit_speed_corrections(rates: Sequence[SingleGpuRate], catalog: "Catalog",
         mine = [g for g, kk, _ in rows if kk == k]
         out.append(SpeedCorrection(k[0], k[1], round(float(math.exp(b)), 4), len(mine), len({g[1][1] for g in mine})))
     return out
-
-
-def write_corrections(corrections: Sequence[SpeedCorrection], path: str | Path) -> None:
-    from srifty.profile import atomic_write_text
-
-    lines = [",".join(CORRECTION_COLUMNS)]
-    lines += [f"{c.gpu_name},{c.flops},{c.factor:.4f},{c.rates},{c.networks}" for c in corrections]
-    atomic_write_text(Path(path), "\n".join(lines) + "\n")
-
-
-def read_corrections(path: str | Path) -> list[SpeedCorrection]:
-    """The factors in a file :func:`write_corrections` wrote; none if the file does not exist."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    with path.open(newline="") as fh:
-        return [SpeedCorrection(r["gpu_name"], r["flops"], float(r["factor"]), int(r["rates"]), int(r["networks"]))
-                for r in csv.DictReader(fh)]

@@ -99,6 +99,26 @@ def check_plot_format(path: str | os.PathLike[str], label: str = "--plot") -> No
                           f"End it in one of {', '.join('.' + f for f in PLOT_FORMATS)}, e.g. {Path(path).stem}.png.")
 
 
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        as_created(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def as_created(path: str | os.PathLike[str]) -> None:
     """Give a temporary file (mkstemp makes them 0600) the mode a plain ``open`` would have."""
     mask = os.umask(0)

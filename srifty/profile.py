@@ -12,7 +12,6 @@ import datetime as _dt
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
@@ -21,7 +20,7 @@ from typing import Any, Iterable, Sequence
 
 from srifty import __version__, stats
 from srifty.errors import ProfileFormatError
-from srifty.outputs import as_created
+from srifty.outputs import atomic_write_text  # re-exported: the profile's own writer
 
 SCHEMA_VERSION = 1
 COMPONENTS = ("forward_ms", "backward_ms", "backward_compute_ms", "exposed_comm_ms", "optimizer_ms", "other_ms")
@@ -66,26 +65,6 @@ def validate(doc: Any, source: str = "profile") -> None:
             f"{source}: field `{_field_path(err.absolute_path)}` is invalid: {err.message}.",
             f"See docs/profile-format.md for the format ({len(errors)} problem(s) in all).",
         )
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        as_created(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def save(doc: dict[str, Any], path: str | os.PathLike[str], check: bool = True) -> None:

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON, Catalog
+from srifty.catalog import DATA_DIR, SPEED_CORRECTIONS_CSV, TRANSFER_ERROR_JSON, Catalog, read_corrections
 from srifty.features import hardware_of, transfer_speeds
-from srifty.gpuspeed import (SingleGpuRate, fit_speed_corrections, read_corrections, read_lambda_single_gpu,
-                             read_transfer_error, spec_hardware)
+from srifty.gpuspeed import (SingleGpuRate, fit_speed_corrections, read_lambda_single_gpu, read_transfer_error,
+                             spec_hardware)
 from srifty.validate import TransferCheck, catalog_without_gpu_of, transfer_spread, validate_gpu_transfer
 
 from conftest import ROOT
