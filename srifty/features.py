@@ -987,13 +987,15 @@ class FeatureBuilder:
 
     def frame(self, rows: Sequence[tuple[ClusterConfig, float]]) -> "pd.DataFrame":
         """Feature table (plus sim_ms, compute_ms, transferred) for many rows, each distinct row once."""
+        return self.frame_of([self.row_estimate(config, b) for config, b in rows])
+
+    @staticmethod
+    def frame_of(estimates: Sequence[RowEstimate]) -> "pd.DataFrame":
+        """The feature table of estimates already made (:meth:`row_estimate`), one row each."""
         import pandas as pd
 
-        out = []
-        for config, b in rows:
-            est = self.row_estimate(config, b)
-            out.append({**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
-                        "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1]})
+        out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
+                "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1]} for est in estimates]
         return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high"])
 
 

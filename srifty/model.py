@@ -868,10 +868,19 @@ COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred"
 NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-type", "prior")
 
 
+def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
+    """Per kind of link, the instance types whose efficiency for it was fitted on their own
+    measurements: TCP on runs across nodes and PCIe on several workers on a node (the model's
+    corpus), NVLink and EFA on nccl-tests (``link_scale.fast_links``)."""
+    meta = predictor.meta if predictor is not None else {}
+    fast = frozenset(t for t, *_ in link_scale.fast_links)
+    return {"tcp": frozenset(meta.get("multi_node_types", ())), "pcie": frozenset(meta.get("multi_worker_node_types", ())),
+            "efa": fast, "nvlink": fast}
+
+
 def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[str, frozenset[str]]) -> str:
     """Where the communication of ``config`` (resolved) comes from (NETWORK_SOURCES, less
-    "measured", which the caller knows). ``fitted``: per link kind ("tcp", "pcie"), the types the
-    model's efficiency for it was fitted on (runs across nodes, several workers on a node)."""
+    "measured", which the caller knows). ``fitted``: :func:`fitted_link_types`."""
     if config.world_size == 1:
         return "none"
     if not builder.grad_bytes:
@@ -879,16 +888,10 @@ def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[
     hws = [builder.hardware(g.instance_type) for g in config.groups]
     if all(h.emulated for h in hws):
         return "emulated-sweeps"
-    fast = {t for t, *_ in builder.link_scale.fast_links}
     multi_node = config.nodes > 1
-    for g, h in zip(config.groups, hws):
-        kind = h.inter_kind if multi_node else h.intra_kind
-        if kind in ("efa", "nvlink"):
-            if g.instance_type not in fast:
-                return "prior"
-        elif g.instance_type not in fitted.get(kind, frozenset()):
-            return "prior"
-    return "fitted-on-type"
+    mine = all(g.instance_type in fitted.get(h.inter_kind if multi_node else h.intra_kind, frozenset())
+               for g, h in zip(config.groups, hws))
+    return "fitted-on-type" if mine else "prior"
 
 
 def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
@@ -903,8 +906,8 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
     """
     import numpy as np
 
-    X = builder.frame(rows)
     estimates = [builder.row_estimate(config, b) for config, b in rows]
+    X = builder.frame_of(estimates)
     sim = X["sim_ms"].to_numpy(dtype=float)
     if predictor is not None:
         it = np.asarray(predictor.latency.predict(X), dtype=float)
@@ -918,8 +921,7 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
     lo, hi = np.minimum(lo, it) * (1 - widen), np.maximum(hi, it) * (1 + widen)
     source = np.where(X["transferred"].to_numpy() > 0.5, "transferred", "predicted").astype(object)
     measured_ci = np.zeros(len(rows))
-    meta = predictor.meta if predictor is not None else {}
-    fitted = {"tcp": frozenset(meta.get("multi_node_types", ())), "pcie": frozenset(meta.get("multi_worker_node_types", ()))}
+    fitted = fitted_link_types(predictor, builder.link_scale)
     compute_source = np.array([
         "transferred" if e.transferred else "profiled" if e.batch_bounds == (1.0, 1.0) else "profiled-other-batch"
         for e in estimates], dtype=object)
