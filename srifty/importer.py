@@ -169,13 +169,24 @@ def _consistent(rows: list[TraceRow], attr: str, group: str) -> Any:
     return next(iter(values), None)
 
 
+def _by_model_and_type(rows: Sequence[TraceRow]) -> dict[tuple[str, str], list[TraceRow]]:
+    """The rows of each (model, instance type): one profile each."""
+    groups: dict[tuple[str, str], list[TraceRow]] = defaultdict(list)
+    for r in rows:
+        groups[(r.model, r.instance_type)].append(r)
+    return groups
+
+
+def profile_path(out_dir: str | Path, model: str, instance_type: str) -> Path:
+    """Where the profile of ``model`` on ``instance_type`` is imported to: ``out_dir/<model>/<type>.json``."""
+    return Path(out_dir) / model / f"{instance_type}.json"
+
+
 def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
     """One schema-1 profile document per (model, instance type) of the trace."""
     from srifty.profile import utc_now
 
-    groups: dict[tuple[str, str], list[TraceRow]] = defaultdict(list)
-    for r in trace.rows:
-        groups[(r.model, r.instance_type)].append(r)
+    groups = _by_model_and_type(trace.rows)
     out = {}
     for (model, itype), rows in sorted(groups.items()):
         name = f"{model} on {itype}"
@@ -283,12 +294,10 @@ def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False, 
 
     trace = read_trace(path, skip_bad=skip_bad, slots=slots)
     source = Path(path).resolve()
-    groups: dict[tuple[str, str], list[TraceRow]] = defaultdict(list)
-    for r in trace.rows:
-        groups[(r.model, r.instance_type)].append(r)
+    groups = _by_model_and_type(trace.rows)
     earlier: dict[tuple[str, str], dict[str, Any]] = {}
     for key in groups:
-        target = Path(out_dir) / key[0] / f"{key[1]}.json"
+        target = profile_path(out_dir, *key)
         if target.resolve() == source:
             raise TraceError(f"Importing {path} would write {target}, the trace itself. Nothing was written.",
                              "Give --out another directory.")
@@ -309,7 +318,7 @@ def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False, 
     docs = build_profiles(combined)
     written, notes, merged = [], [], []
     for (model, itype), doc in docs.items():
-        target = Path(out_dir) / model / f"{itype}.json"
+        target = profile_path(out_dir, model, itype)
         if (model, itype) in earlier:
             before = earlier[(model, itype)].get("import") or {}
             doc["import"]["earlier"] = [*(before.get("earlier") or []),
