@@ -510,11 +510,12 @@ PRICE_COLUMNS = {"ondemand_usd_per_hour", "spot_min_usd_per_hour", "spot_median_
 def _numeric_column(df: "pd.DataFrame", col: str, path: Path) -> "pd.Series":
     """``df[col]`` as numbers; a cell that is not blank and not a finite number >= 0 (a whole one
     for counts) raises one error naming its line, instead of becoming NaN or a negative price."""
+    import numpy as np
     import pandas as pd
 
     values = pd.to_numeric(df[col], errors="coerce")
     given = df[col].notna() & (df[col].astype(str).str.strip() != "")
-    finite = values.apply(lambda x: x == x and math.isfinite(x))
+    finite = np.isfinite(values.astype(float))
     bad = given & ~(finite & ((values > 0) if col in PRICE_COLUMNS else (values >= 0)))
     if col in WHOLE_COLUMNS:
         bad |= given & values.notna() & (values != values.round())

@@ -39,17 +39,16 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from srifty.catalog import Market
+from srifty.catalog import Catalog, Market
 from srifty.configspec import MAX_SEARCH_NODES
 from srifty.errors import SriftyError
 from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
-from srifty.model import MODEL_CODE, LatencyModel, predict_table
+from srifty.model import MODEL_CODE, LatencyModel, catalog_for_jobs, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-    from srifty.catalog import Catalog
     from srifty.features import JobProfile
     from srifty.model import Predictor
 
@@ -1017,9 +1016,7 @@ def load_inputs(profile_paths: Sequence[str], catalog: "Catalog | None",
     ``with_emulated``: joined with the emulated one when the profiles ran on emulated hosts (as
     ``predict`` answers; ``recommend`` searches only the catalog it is given)."""
     from srifty import profile as profile_mod
-    from srifty.catalog import Catalog
     from srifty.features import job_from_profiles
-    from srifty.model import catalog_for_jobs
 
     profiles = profile_mod.load_many(list(profile_paths))
     job = job_from_profiles(profiles)
