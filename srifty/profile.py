@@ -1,7 +1,7 @@
 """The profile: what srifty measured about one job on one cluster configuration.
 
-A profile is a JSON document (schema version 1, ``srifty/schemas/profile-v1.schema.json``,
-documented in ``docs/profile-format.md``). This module builds profiles from the records
+A profile is a JSON document (schema version 2, ``srifty/schemas/profile-v2.schema.json``,
+documented in ``docs/profile-format.md``; version 1, without the operator count, still reads). This module builds profiles from the records
 the workers flush, writes them atomically, and loads them back with validation that
 names the offending field. It imports no torch: summaries and the CLI stay fast.
 """
@@ -22,14 +22,20 @@ from srifty import __version__, stats
 from srifty.errors import ProfileFormatError
 from srifty.outputs import atomic_write_text  # re-exported: the profile's own writer
 
-SCHEMA_VERSION = 1
-COMPONENTS = ("forward_ms", "backward_ms", "backward_compute_ms", "exposed_comm_ms", "optimizer_ms", "other_ms")
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)  # version 2 added job.operators (srifty.profiling.opcount)
+# the iteration whose operators the recorder counts (srifty.profiling.instrument): the second,
+# after the first one's lazy set-up; the count slows it, so the warm-up always drops it
+COUNTED_ITERATION = 1
+FIRST_TIMED_ITERATION = COUNTED_ITERATION + 1
+COMPONENTS = ("forward_ms", "backward_ms", "backward_compute_ms", "exposed_comm_ms", "optimizer_ms", "other_ms",
+              "input_ms")
 
 
-@lru_cache(maxsize=1)
-def schema() -> dict[str, Any]:
-    """The JSON Schema of profile documents (version 1)."""
-    text = resources.files("srifty").joinpath("schemas/profile-v1.schema.json").read_text()
+@lru_cache(maxsize=2)
+def schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """The JSON Schema of profile documents of ``version``."""
+    text = resources.files("srifty").joinpath(f"schemas/profile-v{version}.schema.json").read_text()
     return json.loads(text)
 
 
@@ -49,15 +55,15 @@ def validate(doc: Any, source: str = "profile") -> None:
     if not isinstance(doc, dict):
         raise ProfileFormatError(f"{source}: a profile is a JSON object, not {type(doc).__name__}.")
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMA_VERSIONS or isinstance(version, bool):
         raise ProfileFormatError(
             f"{source}: field `schema_version` is {version!r}, but this srifty ({__version__}) reads "
-            f"schema version {SCHEMA_VERSION}.",
+            f"schema versions {' and '.join(map(str, READABLE_SCHEMA_VERSIONS))}.",
             "Re-record the profile with this version of `srifty profile`, or use the srifty that wrote it.",
         )
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema(version))
     errors = sorted(validator.iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
     if errors:
         err = jsonschema.exceptions.best_match(errors)
@@ -247,6 +253,8 @@ def summarise_training(
     walls = [m["wall_ms"] for m in merged]
     decided = ranks[0].get("current_warmup")  # the warm-up rank 0's stopping rule used
     warmup = decided if decided is not None else (stats.mser_truncation(walls) if len(walls) > 1 else 0)
+    if any((r.get("model") or {}).get("operators") for r in ranks):
+        warmup = max(warmup, FIRST_TIMED_ITERATION)  # the counted iteration ran slowed by the count
     if len(walls) - warmup < 1:
         warmup = max(0, len(walls) - 1)
     steady = merged[warmup:]

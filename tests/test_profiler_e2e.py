@@ -172,6 +172,16 @@ def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     job = doc["job"]
     assert job["forward_flops"] == 2 * 32 * (64 * 256 + 256 * 256 + 256 * 10)
     assert (job["tf32_flop_share"], job["precision"]) == (0.0, "float32")
+    # one whole iteration's operators: two micro-batches, so twice the forward's arithmetic; the
+    # backward computes weight gradients of the three layers and input gradients of the last two
+    ops = job["operators"]
+    assert ops["batch_size"] == 32 and ops["param_tensors"] == 6
+    assert ops["phases"]["forward"]["flops"] == 2 * job["forward_flops"]
+    assert ops["phases"]["backward"]["flops"] == 2 * (2 * job["forward_flops"] - 2 * 32 * 64 * 256)
+    assert ops["phases"]["optimizer"]["kernels"] >= 6 and ops["phases"]["optimizer"]["flops"] == 0
+    # the counted iteration ran slowed by the count: never among the timed ones
+    assert doc["measurement"]["warmup_iterations"] >= 2
+    assert doc["schema_version"] == 2 and "input_ms" in doc["summary"]
 
 
 def test_autocast_makes_the_profile_mixed_precision(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from srifty import stats
+from srifty.profile import COUNTED_ITERATION, FIRST_TIMED_ITERATION
+from srifty.profiling.opcount import OperatorCounter
 
 _ACTIVE: "Recorder | None" = None
 STOP_KEY = "srifty/stop_at_iteration"
@@ -139,6 +141,8 @@ class _OpenIteration:
     backward_s: float = 0.0
     backward_compute_s: float = 0.0
     optimizer_s: float = 0.0
+    input_s: float = 0.0  # after the optimizer step, until the next forward: loading the next batch
+    step_end: Any = None
     forwards: int = 0
     backwards: int = 0
     steps: int = 0
@@ -234,6 +238,9 @@ class Recorder:
         self.bucket_layout: list[dict[str, Any]] = []
         self.forward_calls = 0
         self._flops = _FlopCount()
+        self._counter: OperatorCounter | None = None
+        self._param_numels: list[int] = []
+        self._in_backward = False
         self.backward_calls = 0
         self.step_calls = 0
         self.explicit = False
@@ -257,9 +264,45 @@ class Recorder:
         """Close the open iteration (if it did any work) and open a new one at ``mark``."""
         prev = self._open
         if prev is not None and (self.explicit or prev.steps > 0):
+            if prev.step_end is not None:
+                prev.input_s = max(0.0, self.clock.seconds(mark) - self.clock.seconds(prev.step_end))
+            self._stop_counting(prev)
             self._close(prev, mark)
         self._open = _OpenIteration(start=mark)
+        if len(self.iterations) == COUNTED_ITERATION and "operators" not in self.model and self._counter is None:
+            self._start_counting()
         self._check_stop()
+
+    # ----- operator count (one iteration) ---------------------------------------
+    def phase(self) -> str:
+        """The phase of the iteration the worker is in (srifty.profiling.opcount.PHASES)."""
+        if self._in_backward:
+            return "backward"
+        if self._step_started is not None:
+            return "optimizer"
+        if self._fwd_started is not None:
+            return "forward"
+        if self._open is not None and self._open.step_end is not None:
+            return "input"
+        return "other"
+
+    def _start_counting(self) -> None:
+        try:
+            counter = OperatorCounter(self.phase, self._param_numels)
+            counter.__enter__()
+            self._counter = counter
+        except Exception:  # noqa: BLE001 - never let the counter break the user's job
+            self._counter = None
+
+    def _stop_counting(self, it: _OpenIteration) -> None:
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return
+        try:
+            counter.__exit__(None, None, None)
+            self.model["operators"] = counter.result(it.batch_size, len(self._param_numels))
+        except Exception:  # noqa: BLE001
+            pass
 
     def _close(self, it: _OpenIteration, end_mark: Any) -> None:
         start = self.clock.seconds(it.start)
@@ -288,6 +331,7 @@ class Recorder:
             "exposed_comm_ms": exposed * 1e3,
             "optimizer_ms": it.optimizer_s * 1e3,
             "other_ms": max(0.0, wall - it.forward_s - it.backward_s - it.optimizer_s) * 1e3,
+            "input_ms": it.input_s * 1e3,  # the part of other_ms after the optimizer step
             "forwards": it.forwards,
             "backwards": it.backwards,
             "steps": it.steps,
@@ -311,6 +355,8 @@ class Recorder:
         n = len(walls)
         if n >= s.min_iterations + 1:
             d = stats.mser_truncation(walls)
+            if "operators" in self.model:
+                d = max(d, FIRST_TIMED_ITERATION)
             self.current_warmup = d
             steady = walls[d:]
             if len(steady) >= s.min_iterations:
@@ -352,6 +398,8 @@ class Recorder:
     # ----- hooks ----------------------------------------------------------------
     def attach_ddp(self, ddp: DistributedDataParallel) -> None:
         params = [p for p in ddp.module.parameters() if p.requires_grad]
+        if not self._param_numels:
+            self._param_numels = [int(p.numel()) for p in params]
         if not self.model:
             dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
             self.model = {
@@ -438,7 +486,11 @@ class Recorder:
             start = recorder.clock.mark()
             it.buckets = []
             it.last_bwd_start = start
-            result = original(*args, **kwargs)
+            recorder._in_backward = True
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                recorder._in_backward = False
             end = recorder.clock.mark()
             t0, t1 = recorder.clock.seconds(start), recorder.clock.seconds(end)
             it.backward_s += t1 - t0
@@ -463,6 +515,7 @@ class Recorder:
         end = self.clock.mark()
         self._open.optimizer_s += self.clock.seconds(end) - self.clock.seconds(self._step_started)
         self._open.steps += 1
+        self._open.step_end = end
         self._step_started = None
 
     # ----- explicit API ---------------------------------------------------------

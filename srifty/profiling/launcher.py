@@ -467,6 +467,7 @@ class ProfilingBackend(ABC):
                 "autocast_dtype": model.get("autocast_dtype"),
                 "forward_flops": model.get("forward_flops"),
                 "tf32_flop_share": tf32_flop_share(model),
+                "operators": model.get("operators"),
                 "bucket_cap_mb": model.get("bucket_cap_mb"),
                 "buckets": layout,
             },

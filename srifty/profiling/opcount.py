@@ -1,0 +1,101 @@
+"""Counts the operators of one training iteration: the profile's device-independent view of it.
+
+A GPU spends a small training step launching kernels and running Python, not on arithmetic
+(docs/gpu-check.md), so the time a step would take on a GPU nobody profiled depends on how many
+operators it runs, and how much arithmetic and memory traffic each has. :class:`OperatorCounter`
+is a ``TorchDispatchMode`` that the recorder (srifty.profiling.instrument) holds over one whole
+iteration -- never the whole run -- and that tallies, per phase of the iteration (forward,
+backward, optimizer, other):
+
+- ``kernels``: operators that run a kernel on the device (views, allocations and the
+  collectives DDP issues are not counted; the collectives are the network's, not compute's);
+- ``flops`` and ``flop_kernels``: the arithmetic of the operators ``torch.utils.flop_counter``
+  knows (matmuls, convolutions, attention) and how many they are;
+- ``flop_bytes`` / ``bytes``: the bytes those operators / all counted operators read and write
+  (inputs and outputs, each tensor's own elements: an upper bound on memory traffic);
+- ``param_bytes``: the part of ``bytes`` that is parameters, their gradients and optimizer state
+  (tensors of a parameter's size), which does not grow with the batch;
+- ``syncs``: operators that make the host wait for the device (``.item()`` and the like).
+
+The figures go into the profile's ``job.operators`` (docs/profile-format.md); srifty.opmodel turns
+them into a step time on any GPU.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+PHASES = ("forward", "backward", "optimizer", "input", "other")
+FIELDS = ("kernels", "flop_kernels", "flops", "flop_bytes", "bytes", "param_bytes", "syncs")
+# operators that allocate, alias or only change metadata: no kernel runs
+_NO_KERNEL = {"empty", "empty_strided", "empty_like", "detach", "alias", "lift_fresh", "resize_", "set_",
+              "_reshape_alias", "_unsafe_view", "unsqueeze_", "squeeze_", "as_strided_", "t_", "transpose_",
+              "_has_compatible_shallow_copy_type", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+              "sym_storage_offset", "result_type", "_to_copy_meta"}
+_SYNCS = {"_local_scalar_dense", "item", "nonzero", "equal", "is_nonzero"}
+# collectives (the network's time, not compute's) and the profiler's record_function markers
+_NOT_KERNEL_NAMESPACES = {"c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler"}
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    try:
+        return int(t.numel()) * int(t.element_size())
+    except (RuntimeError, NotImplementedError):  # a tensor subclass without storage
+        return 0
+
+
+class OperatorCounter(TorchDispatchMode):
+    """Tallies the operators dispatched while it is active, per phase (``phase_of()`` names the
+    phase the recorder is in). ``param_numels`` are the element counts of the model's parameters:
+    a tensor of one of those sizes is counted as parameter, gradient or optimizer-state traffic."""
+
+    def __init__(self, phase_of: Callable[[], str], param_numels: Iterable[int] = ()) -> None:
+        super().__init__()
+        self.phase_of = phase_of
+        self.param_numels = {int(n) for n in param_numels if int(n) > 1}
+        self.counts = {p: dict.fromkeys(FIELDS, 0) for p in PHASES}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self._tally(func, args, kwargs, out)
+        except Exception:  # noqa: BLE001 - the count is best effort, the user's step is not
+            pass
+        return out
+
+    def _tally(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        namespace = getattr(func, "namespace", "aten")
+        name = func._schema.name.split("::")[-1] if hasattr(func, "_schema") else str(func)
+        if namespace in _NOT_KERNEL_NAMESPACES or name in _NO_KERNEL or getattr(func, "is_view", False):
+            return
+        c = self.counts[self.phase_of()]
+        if name in _SYNCS:
+            c["syncs"] += 1
+            if name in ("_local_scalar_dense", "item"):
+                return
+        tensors = _tensors((args, kwargs)) + _tensors(out)
+        moved = sum(_nbytes(t) for t in tensors)
+        c["kernels"] += 1
+        c["bytes"] += moved
+        c["param_bytes"] += sum(_nbytes(t) for t in tensors if t.numel() in self.param_numels)
+        packet = getattr(func, "overloadpacket", None)
+        if packet in flop_registry:
+            flops = int(flop_registry[packet](*args, **kwargs, out_val=out))
+            if flops > 0:
+                c["flops"] += flops
+                c["flop_kernels"] += 1
+                c["flop_bytes"] += moved
+
+    def result(self, batch_size: int | None, param_tensors: int) -> dict[str, Any]:
+        """The ``job.operators`` block of the profile."""
+        return {"batch_size": batch_size, "param_tensors": param_tensors,
+                "phases": {p: dict(v) for p, v in self.counts.items()}}
