@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test test-fast demo profiles corpus repeatability gpu-speed gpu-check model accuracy bench evaluate clean
+.PHONY: setup test test-fast demo profiles profiles-cpu corpus repeatability gpu-speed gpu-step gpu-check model accuracy bench evaluate clean
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ profiles:
 	$(BIN)/srifty profile examples/mlp_recsys.py --nproc 2 --out profiles/local/mlp_recsys.json
 	$(BIN)/srifty profile --collectives --world-sizes 2 --out profiles/local/collectives.json
 
+# One-worker CPU profiles of the examples at the batches profiles/h200 holds (about 10 minutes):
+# the CPU side of the CPU-to-GPU transfer check (docs/ACCURACY.md, "From a CPU profile to a GPU")
+BATCHES ?= cnn_resnet:32,128,512 transformer_lm:8,32,128 mlp_recsys:256,1024,4096
+profiles-cpu:
+	for spec in $(BATCHES); do m=$${spec%%:*}; mkdir -p profiles/cpu/$$m; \
+	  for b in $$(echo $${spec#*:} | tr , ' '); do \
+	    $(BIN)/srifty profile examples/$$m.py --nproc 1 --batch-size $$b --max-seconds 40 --min-iterations 8 \
+	      --out profiles/cpu/$$m/b$$b.json || exit 1; done; done
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
 
@@ -50,6 +59,11 @@ repeatability:
 # (srifty/data/gpu_transfer_error.json); then `make model` (the model card hashes both files).
 gpu-speed:
 	$(BIN)/python scripts/fit_gpu_speed.py
+
+# The operator model's fixed costs (srifty/data/gpu_step_model.json), fitted on profiles/cpu and
+# profiles/h200 with a leave-one-model-out interval; then `make model` and `make accuracy`
+gpu-step:
+	$(BIN)/python scripts/fit_gpu_step.py
 
 # The profiler on a real CUDA GPU (needs one; ~5 min): the examples at three batch sizes each,
 # the refusals, --device cpu, predict/recommend from a GPU profile (docs/gpu-check.md)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from srifty import simulate
 from srifty.configspec import ClusterConfig, from_placement
 from srifty.errors import SriftyError
+from srifty.opmodel import GpuStepModel, OperatorCounts, shipped_step_model, step_terms
 from srifty.simulate import Link
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -196,6 +197,9 @@ class JobProfile:
     cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
     machine_cores: float | None = None  # emulated hosts: cores of the machine they share
     forward_flops_per_sample: float | None = None  # counted by the profiler (torch.utils.flop_counter)
+    operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
+    script: str | None = None  # the training script the profiles ran (as recorded)
+    host_input_ms_per_sample: float = 0.0  # the host's time loading a batch, per sample, where operators were counted
 
     @property
     def instance_types(self) -> list[str]:
@@ -305,6 +309,12 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.precision = job.precision or j.get("precision")
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:
             job.forward_flops_per_sample = float(j["forward_flops"]) / float(j["local_batch_size"])
+        if job.operators is None and j.get("operators"):
+            job.operators = OperatorCounts.from_json(j["operators"], j.get("local_batch_size"))
+            if job.operators is not None:
+                loading = float((((doc.get("summary") or {}).get("input_ms")) or {}).get("median") or 0.0)
+                job.host_input_ms_per_sample = loading / job.operators.batch_size
+        job.script = job.script or j.get("script")
         job.sources.append(p.path or "(profile)")
         cl = doc["cluster"]
         itype = cl["instance_types"][0]
@@ -693,15 +703,20 @@ class RowEstimate:
     # (least, most) compute over the estimate's, as ratios (ComputeCurve.bounds); (1, 1) where every
     # worker's batch was measured
     batch_bounds: tuple[float, float] = (1.0, 1.0)
+    by_operators: bool = False  # some worker's compute comes from the operator model (srifty.opmodel)
 
 
 class FeatureBuilder:
     """Features of (configuration, per-worker batch) rows for one job on one catalog."""
 
-    def __init__(self, job: JobProfile, catalog: "Catalog", link_scale: "LinkScale | None" = None) -> None:
+    def __init__(self, job: JobProfile, catalog: "Catalog", link_scale: "LinkScale | None" = None,
+                 step_model: GpuStepModel | None = None) -> None:
         self.job = job
         self.catalog = catalog
         self.link_scale = link_scale or LinkScale()
+        # carries a CPU profile's operator count to GPUs (srifty.opmodel); the shipped one by default
+        self.step_model = step_model or shipped_step_model()
+        self._by_operators: dict[str, bool] = {}
         self._hw: dict[str, Hardware] = {}
         self._node_intra: dict[str, Link] = {}
         self._curves: dict[str, ComputeCurve | None] = {}
@@ -769,6 +784,37 @@ class FeatureBuilder:
             best = min(best, cand) if best else cand
         return (best[2], best[1]) if best else None
 
+    def by_operators(self, instance_type: str) -> bool:
+        """Whether ``instance_type``'s compute comes from the operator model (srifty.opmodel): a GPU
+        type nobody profiled, for a job profiled on CPUs only whose profile counted its operators
+        (a GPU profile is carried to other GPUs by the speed ratio instead)."""
+        if instance_type not in self._by_operators:
+            hw = self.hardware(instance_type)
+            gpu_profiled = any(self.catalog.has(t) and self.catalog.get(t).gpu_count > 0
+                               for t in self.job.instance_types)
+            self._by_operators[instance_type] = bool(
+                self.step_model is not None and self.job.operators is not None and not gpu_profiled
+                and self.curve(instance_type) is None and not hw.emulated
+                and hw.peak_tflops(self.job.precision) and hw.mem_gbytes_per_s)
+        return self._by_operators[instance_type]
+
+    def operator_step_ms(self, instance_type: str, batch: float) -> tuple[float, float]:
+        """(compute, post) ms of one step at ``batch`` on ``instance_type`` by the operator model."""
+        hw = self.hardware(instance_type)
+        terms = step_terms(self.job.operators, batch, hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s,
+                           self.job.host_input_ms_per_sample * batch)
+        return self.step_model.split_ms(terms)
+
+    def operator_note(self, instance_type: str) -> str:
+        gpu = self.catalog.get(instance_type).gpu_name
+        lo, hi = self.step_model.log_bounds(gpu)
+        fitted = ", ".join(sorted(self.step_model.gpus))
+        return (f"compute on {instance_type} predicted from the operators the CPU profile counted (kernel launches, "
+                f"arithmetic and memory traffic on {gpu}'s spec figures; fixed costs fitted on {fitted} measurements"
+                + ("" if gpu in self.step_model.gpus else f", none on {gpu}") +
+                f"): the interval spans x{math.exp(lo):.2f} to x{math.exp(hi):.2f} of it; profile on {instance_type} "
+                "for a measured figure")
+
     def compute_source(self, instance_type: str) -> str | None:
         """The profiled type whose compute curve ``instance_type``'s compute comes from: itself when
         profiled, else the one it is transferred from (None: neither); once per type, as the
@@ -823,6 +869,9 @@ class FeatureBuilder:
         """(least, most) compute at ``batch`` over the estimate, as ratios (ComputeCurve.bounds of
         ``instance_type``'s curve, or of the type its compute is transferred from), and the warning
         where ``batch`` lies outside the batches measured there."""
+        if self.by_operators(instance_type):  # the operator model's own interval, at any batch
+            lo, hi = self.step_model.log_bounds(self.catalog.get(instance_type).gpu_name)
+            return (math.exp(lo), math.exp(hi)), None
         src = self.compute_source(instance_type)
         curve = self.curve(src) if src else None
         if curve is None:
@@ -846,6 +895,8 @@ class FeatureBuilder:
         c = self.curve(instance_type)
         if c is not None:
             return c.at(batch), False, None
+        if self.by_operators(instance_type):
+            return self.operator_step_ms(instance_type, batch)[0], True, self.operator_note(instance_type)
         got = self._transfer(instance_type, batch, self.curve)
         if got is None:
             raise SriftyError(
@@ -866,6 +917,8 @@ class FeatureBuilder:
         c = self.post_ms_curve(instance_type)
         if c is not None:
             return c.at(batch)
+        if self.curve(instance_type) is None and self.by_operators(instance_type):
+            return self.operator_step_ms(instance_type, batch)[1]
         got = self._transfer(instance_type, batch, self.post_ms_curve)
         return got[0] if got else 0.0
 
@@ -975,7 +1028,7 @@ class FeatureBuilder:
         for h in hws:
             notes.extend(n for n in h.notes if n not in notes)
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
-                           (batch_low, batch_high))
+                           (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups))
 
     def row_estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
         """:meth:`estimate`, once per distinct (configuration, batch) for this builder (its profile,
@@ -995,8 +1048,9 @@ class FeatureBuilder:
         import pandas as pd
 
         out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
-                "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1]} for est in estimates]
-        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high"])
+                "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1],
+                "by_operators": float(est.by_operators)} for est in estimates]
+        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators"])
 
 
 def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:

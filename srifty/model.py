@@ -687,14 +687,17 @@ class LatencyModel:
         # bounds below. A transferred one keeps the residual's widened interval: the transfer
         # spread was measured between GPUs, and a CPU-profiled job carried to a GPU misses further
         transferred = np.asarray(X["transferred"], dtype=float) > 0
-        single = (np.asarray(X["world_size"], dtype=float) == 1) & ~transferred
+        # a step from the operator model carries its own interval (batch_low/high), measured on GPUs
+        by_operators = np.asarray(X["by_operators"], dtype=float) > 0 if "by_operators" in X.columns \
+            else np.zeros(len(X), dtype=bool)
+        single = (np.asarray(X["world_size"], dtype=float) == 1) & (~transferred | by_operators)
         center, lo, hi = (np.where(single, 0.0, a) for a in (center, lo, hi))
         outside = np.array([bool(x) for x in self.out_of_range(X)]) & ~single
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
         hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
         spread = gpu_transfer_error()
-        moved = transferred & (np.asarray(X["emulated"], dtype=float) == 0)
+        moved = transferred & ~by_operators & (np.asarray(X["emulated"], dtype=float) == 0)
         if spread is not None and moved.any():
             # compute carried to a GPU nobody profiled misses by as much as measured transfers did
             # (srifty.gpuspeed.TransferError), independently of the residual's error: in quadrature
@@ -917,6 +920,9 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
         it, lo, hi = sim.copy(), sim.copy(), sim.copy()
         out_of_range = [[] for _ in rows]
     it = np.where(X["world_size"].to_numpy(dtype=float) == 1, sim, it)  # one worker: the compute curve
+    alone = (X["world_size"].to_numpy(dtype=float) == 1) & (X["by_operators"].to_numpy(dtype=float) > 0)
+    # one worker from the operator model: no residual, so the residual's training range says nothing
+    out_of_range = [[] if alone[i] else names for i, names in enumerate(out_of_range)]
     widen = np.array([e.compute_rel_ci for e in estimates], dtype=float)
     lo, hi = np.minimum(lo, it) * (1 - widen), np.maximum(hi, it) * (1 + widen)
     source = np.where(X["transferred"].to_numpy() > 0.5, "transferred", "predicted").astype(object)
@@ -1029,12 +1035,13 @@ def installed_versions() -> dict[str, str]:
 # re-fitted and the golden predictions written again (`make model`). A saved or cached model
 # whose card names another revision is stale. Edits that move no prediction (a comment, a
 # rename) change nothing.
-MODEL_REVISION = 1
+MODEL_REVISION = 2
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.solver.PREDICTION_CODE).
 MODEL_CODE = tuple(Path(__file__).resolve().parent / f
-                   for f in ("features.py", "simulate.py", "model.py", "data/gpu_specs.csv",
+                   for f in ("features.py", "simulate.py", "model.py", "opmodel.py", "data/gpu_step_model.json",
+                             "data/gpu_specs.csv",
                              "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))
 
 

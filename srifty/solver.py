@@ -202,7 +202,8 @@ class ModelOracle:
                 note = loose_profile_note(self.job.model, str(t), ci)
                 if note not in self.notes:
                     self.notes.append(note)
-        outside = (X["batch_low"].to_numpy(dtype=float) < 1.0) | (X["batch_high"].to_numpy(dtype=float) > 1.0)
+        outside = ((X["batch_low"].to_numpy(dtype=float) < 1.0) | (X["batch_high"].to_numpy(dtype=float) > 1.0)) \
+            & (X["by_operators"].to_numpy(dtype=float) == 0)  # the operator model's interval is its own
         batches = rows["local_batch_size"].to_numpy(dtype=float)
         by_source: dict[str, list[str]] = {}  # one note per profiled curve the extrapolations come from
         for t in sorted(set(types[outside])):
@@ -331,6 +332,9 @@ class ProfiledHostsCatalog:
         if name in self.hosts:
             return self.hosts[name]
         return self.inner.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.hosts or self.inner.has(name)
 
     def gpu_spec(self, gpu_name: str) -> Any:
         return self.inner.gpu_spec(gpu_name)

@@ -14,12 +14,13 @@ PACKAGE = ROOT / "srifty"
 LAYERS: dict[str, int] = {
     "srifty.errors": 0, "srifty.stats": 0, "srifty.hostinfo": 0, "srifty.outputs": 0, "srifty.safe_skops": 0,
     "srifty.simulate": 0,
+    "srifty.opmodel": 1,
     "srifty.configspec": 1, "srifty.catalog": 1, "srifty.profile": 1, "srifty.importer": 1,
     "srifty.profiling": 2, "srifty.cluster": 2, "srifty.training": 2,
     "srifty.features": 3, "srifty.gpuspeed": 3,
     "srifty.model": 4,
     "srifty.solver": 5,
-    "srifty.validate": 6, "srifty.evaluate": 6,
+    "srifty.validate": 6, "srifty.evaluate": 6, "srifty.cpu_to_gpu": 6,
     "srifty.cli": 7, "srifty.commands": 7, "srifty.report": 7, "srifty.__main__": 7,
 }
 # The package itself is the facade of the API a training script calls (srifty.step,

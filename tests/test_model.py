@@ -773,8 +773,11 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     assert fb.peak_share("p5en.48xlarge", 128) > 0.4 > LAUNCH_BOUND_PEAK_SHARE > fb.peak_share("p5en.48xlarge", 8)
     assert fb.launch_bound_note("p4d.24xlarge", 512) == "" and fb.launch_bound_note("p4d.24xlarge", 8)
     # a CPU profile has no GPU peak to hold it against
-    cpu = load_job(ROOT / "profiles" / "local" / "cnn_resnet.json")
-    assert FeatureBuilder(cpu, m.catalog_for_jobs([cpu])).peak_share("local", 32) is None
+    from srifty.catalog import Catalog
+    from srifty.solver import load_inputs
+
+    cpu, hosts = load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], Catalog.default())
+    assert FeatureBuilder(cpu, hosts).peak_share("local", 32) is None
 
 
 def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h200_measurements(

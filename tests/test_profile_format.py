@@ -88,10 +88,26 @@ def test_malformed_json_says_where(tmp_path: Path) -> None:
 
 def test_wrong_version_is_named(tmp_path: Path) -> None:
     doc = _training_doc()
-    doc["schema_version"] = 2
-    (tmp_path / "v2.json").write_text(json.dumps(doc))
-    with pytest.raises(ProfileFormatError, match="`schema_version` is 2"):
-        profile_mod.load(tmp_path / "v2.json")
+    doc["schema_version"] = 3
+    (tmp_path / "v3.json").write_text(json.dumps(doc))
+    with pytest.raises(ProfileFormatError, match="`schema_version` is 3"):
+        profile_mod.load(tmp_path / "v3.json")
+
+
+def test_version_1_still_reads_and_version_2_checks_the_operator_count(tmp_path: Path) -> None:
+    v1 = json.loads((PROFILES / "h200" / "cnn_resnet" / "b32.json").read_text())
+    assert v1["schema_version"] == 1 and "operators" not in v1["job"]
+    profile_mod.validate(v1)
+    v2 = json.loads((PROFILES / "cpu" / "cnn_resnet" / "b32.json").read_text())
+    assert v2["schema_version"] == 2 and v2["job"]["operators"]["phases"]["forward"]["kernels"] > 0
+    profile_mod.validate(v2)
+    v2["job"]["operators"]["phases"]["backward"]["flops"] = -1
+    with pytest.raises(ProfileFormatError, match=r"`job.operators.phases.backward.flops`"):
+        profile_mod.validate(v2)
+    del v2["job"]["operators"]["phases"]["optimizer"]
+    v2["job"]["operators"]["phases"]["backward"]["flops"] = 1
+    with pytest.raises(ProfileFormatError, match=r"`job.operators.phases`"):
+        profile_mod.validate(v2)
 
 
 @pytest.mark.parametrize(

@@ -191,8 +191,10 @@ Examples:
 def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
                  as_json: bool) -> None:
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
+    from srifty import cpu_to_gpu
     from srifty import model as m
     from srifty import validate as v
+    from srifty.opmodel import shipped_step_model
     from srifty.catalog import Catalog
     from srifty.features import hardware_of, load_collectives, load_corpus
     from srifty.profile import atomic_write_text
@@ -236,6 +238,12 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     if (m.ROOT / "profiles" / "h200").exists():  # the examples on an H200 (make gpu-check), three batches each
         batch_jobs["h200"] = load_corpus([str(m.ROOT / "profiles" / "h200")])
     batch_checks = v.validate_batch_scaling(batch_jobs)
+    cpu_gpu: list = []
+    if (m.ROOT / "profiles" / "cpu").exists() and (m.ROOT / "profiles" / "h200").exists():
+        click.echo("cpu-to-gpu: the examples' GPU steps from their CPU profiles, leave one model out", err=True)
+        shipped = m.shipped_model()
+        cpu_gpu = cpu_to_gpu.validate_cpu_to_gpu(m.ROOT / "profiles" / "cpu", m.ROOT / "profiles" / "h200",
+                                                 Catalog.default(), m.load(shipped) if shipped else m.default_predictor())
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
@@ -247,7 +255,9 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
             plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
                 if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
         atomic_write_text(out, v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes)
-                          + v.render_gpu_transfer(transfer, transfer_notes) + v.render_batch_scaling(batch_checks))
+                          + v.render_gpu_transfer(transfer, transfer_notes)
+                          + (cpu_to_gpu.render(cpu_gpu, shipped_step_model(), command) if cpu_gpu else "")
+                          + v.render_batch_scaling(batch_checks))
     if readme:
         text = Path(readme).read_text()
         atomic_write_text(readme, v.replace_readme_summary(text, v.render_readme_summary(report, command)))
@@ -265,6 +275,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         click.echo(json.dumps({"splits": pooled, "grad_known": known, "by_regime": report.by_regime(),
                                "by_nodes": report.by_nodes(), "noise_floor": floors, "allreduce": allreduce,
                                "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(batch_checks),
+                               "cpu_to_gpu": cpu_to_gpu.summary(cpu_gpu),
                                "notes": report.notes + comm_notes + transfer_notes},
                               indent=1))
         return
@@ -289,5 +300,9 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     for ds, mine in v.by_dataset(transfer).items():
         click.echo(f"GPU transfer ({ds}, {len(mine)} transfers): MAPE "
                    + ", ".join(f"{k} {e.mean():.1f}%" for k, e in v.transfer_errors(mine).items()))
+    if cpu_gpu:
+        got = cpu_to_gpu.summary(cpu_gpu)
+        click.echo(f"CPU profile to GPU ({got['pairs']} steps, leave one model out): median error "
+                   f"{100 * got['median_abs_error']:.0f}%, {got['inside']} inside their interval")
     for n in report.notes + comm_notes + transfer_notes:
         click.echo(f"note: {n}", err=True)

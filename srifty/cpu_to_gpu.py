@@ -1,0 +1,220 @@
+"""From a CPU profile to a GPU: fitting srifty.opmodel on real GPU measurements, and checking it.
+
+The evidence is pairs of profiles of one example at one per-worker batch: a CPU profile (its
+operator count and host time; profiles/cpu, ``make profiles-cpu``) and a one-GPU profile of the
+same script and batch (profiles/h200, ``make gpu-check``). :func:`leave_one_model_out` predicts
+each GPU profile with the parameters fitted on the *other* models' pairs only; the quantiles of
+those held-out errors are the interval the shipped model (:func:`fit_shipped`) carries.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from srifty.catalog import Catalog
+from srifty.configspec import parse_config
+from srifty.errors import SriftyError
+from srifty.features import FeatureBuilder, load_job
+from srifty.model import Predictor, gpu_transfer_error, predict_table
+from srifty.opmodel import GpuStepModel, OperatorCounts, StepTerms, fit, step_terms
+from srifty.profile import Profile, load as load_profile
+from srifty.solver import ProfiledHostsCatalog, profiled_hosts
+
+INTERVAL_QUANTILES = (0.05, 0.95)
+# a held-out error quantile from a handful of models is itself uncertain: the shipped interval
+# is this many times wider (in log terms) than the quantiles measured, and never narrower than
+# MIN_LOG_HALF_WIDTH either side
+INTERVAL_INFLATION = 1.5
+MIN_LOG_HALF_WIDTH = math.log(1.25)
+
+
+@dataclass(frozen=True)
+class StepPair:
+    """One example at one batch: the CPU profile's terms on the GPU, and the GPU's measured step."""
+
+    model: str
+    batch: int
+    gpu: str
+    cpu_ms: float
+    measured_ms: float
+    terms: StepTerms
+    cpu_profile: Path
+    gpu_instance_type: str
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    pair: StepPair
+    predicted_ms: float
+    interval_ms: tuple[float, float]
+    spec_ratio_ms: float | None  # what the spec-sheet ratio of the old transfer gave
+
+    @property
+    def error(self) -> float:
+        return self.predicted_ms / self.pair.measured_ms - 1.0
+
+    @property
+    def inside(self) -> bool:
+        return self.interval_ms[0] <= self.pair.measured_ms <= self.interval_ms[1]
+
+
+def host_input_ms(p: Profile) -> float:
+    """The host's time loading the next batch, after the optimizer step (median; 0 in a profile
+    of schema 1, which does not split it out of other_ms)."""
+    s = p.doc.get("summary") or {}
+    return float((s.get("input_ms") or {}).get("median") or 0.0)
+
+
+def step_median_ms(p: Profile) -> float:
+    return float(p.doc["summary"]["iteration_ms"]["median"])
+
+
+def gpu_of(p: Profile, catalog: Catalog) -> str:
+    itype = p.doc["cluster"]["instance_types"][0]
+    return catalog.get(itype).gpu_name
+
+
+def terms_on(cpu: Profile, batch: float, gpu_name: str, catalog: Catalog) -> StepTerms:
+    """The CPU profile ``cpu``'s step terms at ``batch`` on ``gpu_name``."""
+    counts = OperatorCounts.from_json(cpu.doc["job"].get("operators"), cpu.doc["job"].get("local_batch_size"))
+    if counts is None:
+        raise SriftyError(f"{cpu.path}: the profile has no operator count (job.operators).",
+                          "Re-record it with this srifty (`srifty profile` counts one iteration's operators).")
+    spec = catalog.gpu_spec(gpu_name)
+    peak = {"amp": spec.fp16_bf16_tensor_tflops_dense, "tf32": spec.tf32_tflops_dense}.get(
+        cpu.doc["job"].get("precision") or "", None) or spec.fp32_tflops
+    host = host_input_ms(cpu) * batch / counts.batch_size
+    return step_terms(counts, batch, float(peak), float(spec.memory_bandwidth_gbytes_per_s), host)
+
+
+def _profiles(root: Path) -> dict[tuple[str, int], Profile]:
+    out = {}
+    for path in sorted(root.rglob("*.json")):
+        p = load_profile(path)
+        if p.kind == "training" and p.doc["cluster"].get("world_size") == 1:
+            out[(p.model, int(p.doc["job"]["local_batch_size"]))] = p
+    return out
+
+
+def pairs(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog) -> list[StepPair]:
+    """Every (model, batch) with a one-worker CPU profile in ``cpu_dir`` and a one-GPU profile in
+    ``gpu_dir``."""
+    cpu, gpu = _profiles(Path(cpu_dir)), _profiles(Path(gpu_dir))
+    out = []
+    for key in sorted(set(cpu) & set(gpu)):
+        g = gpu_of(gpu[key], catalog)
+        out.append(StepPair(key[0], key[1], g, step_median_ms(cpu[key]), step_median_ms(gpu[key]),
+                            terms_on(cpu[key], key[1], g, catalog), Path(cpu[key].path),
+                            gpu[key].doc["cluster"]["instance_types"][0]))
+    return out
+
+
+def interval_logs(log_errors: Sequence[float]) -> tuple[float, float]:
+    """(low, high) log factors of the interval from held-out log(measured / predicted)."""
+    import numpy as np
+
+    lo, hi = (float(np.quantile(log_errors, q)) for q in INTERVAL_QUANTILES)
+    return min(lo * INTERVAL_INFLATION, -MIN_LOG_HALF_WIDTH), max(hi * INTERVAL_INFLATION, MIN_LOG_HALF_WIDTH)
+
+
+def fit_model(train: Sequence[StepPair], q: tuple[float, float] = (0.0, 0.0),
+              other_gpu: tuple[float, float] = (0.0, 0.0)) -> GpuStepModel:
+    params = fit([p.terms for p in train], [p.measured_ms for p in train])
+    return GpuStepModel(*params, q[0], q[1], other_gpu[0], other_gpu[1],
+                        tuple(sorted({f"{p.model}@{p.batch}:{p.gpu}" for p in train})))
+
+
+def held_out_log_errors(all_pairs: Sequence[StepPair]) -> list[float]:
+    """log(measured / predicted) of every pair, predicted by the fit on the other models' pairs."""
+    out = []
+    for model in sorted({p.model for p in all_pairs}):
+        m = fit_model([p for p in all_pairs if p.model != model])
+        out += [math.log(p.measured_ms / m.step_ms(p.terms)) for p in all_pairs if p.model == model]
+    return out
+
+
+def fit_shipped(all_pairs: Sequence[StepPair], other_gpu: tuple[float, float]) -> GpuStepModel:
+    """The model fitted on every pair, with the interval of its leave-one-model-out errors;
+    ``other_gpu``: the (q05, q95) log error of carrying compute between GPUs."""
+    if len({p.model for p in all_pairs}) < 2:
+        raise SriftyError("Fitting the GPU step model needs CPU and GPU profiles of two models or more.",
+                          "Record them with `make profiles-cpu` and `make gpu-check`.")
+    return fit_model(all_pairs, interval_logs(held_out_log_errors(all_pairs)), other_gpu)
+
+
+def leave_one_model_out(all_pairs: Sequence[StepPair], catalog: Catalog, predictor: Predictor,
+                        other_gpu: tuple[float, float]) -> list[HeldOut]:
+    """Each model's GPU steps predicted from its CPU profile through srifty's prediction path
+    (srifty.model.predict_table, as `srifty predict` does), the operator model fitted on the other
+    models only, its interval calibrated on the other models' own held-out errors (nested: the
+    held-out model's errors never set its own interval). ``spec_ratio_ms``: the same prediction by
+    the spec-sheet ratio, srifty's transfer for a profile without an operator count."""
+    out = []
+    for model in sorted({p.model for p in all_pairs}):
+        train = [p for p in all_pairs if p.model != model]
+        inner = held_out_log_errors(train) if len({p.model for p in train}) >= 2 else []
+        q = interval_logs(inner) if inner else (-MIN_LOG_HALF_WIDTH, MIN_LOG_HALF_WIDTH)
+        step_model = fit_model(train, q, other_gpu)
+        for p in all_pairs:
+            if p.model != model:
+                continue
+            job = load_job(p.cpu_profile)
+            hosts = ProfiledHostsCatalog(catalog, profiled_hosts([load_profile(p.cpu_profile)], catalog))
+            config = parse_config(f"1x{p.gpu_instance_type}:1")
+            got = predict_table(predictor, FeatureBuilder(job, hosts, predictor.link_scale, step_model),
+                                [(config, float(p.batch))])
+            old_job = replace(job, operators=None)
+            spec = predict_table(predictor, FeatureBuilder(old_job, hosts, predictor.link_scale, step_model),
+                                 [(config, float(p.batch))])
+            out.append(HeldOut(p, float(got.iteration_ms[0]), (float(got.low_ms[0]), float(got.high_ms[0])),
+                               float(spec.iteration_ms[0])))
+    return out
+
+
+def validate_cpu_to_gpu(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
+                        predictor: Predictor) -> list[HeldOut]:
+    """:func:`leave_one_model_out` over the pairs of ``cpu_dir`` and ``gpu_dir``, a GPU the model
+    never saw widened by the shipped GPU-to-GPU transfer error (srifty.model.gpu_transfer_error)."""
+    spread = gpu_transfer_error()
+    return leave_one_model_out(pairs(cpu_dir, gpu_dir, catalog), catalog, predictor,
+                               (spread.q05, spread.q95) if spread else (0.0, 0.0))
+
+
+def render(checks: Sequence[HeldOut], shipped: GpuStepModel | None, command: str) -> str:
+    """The docs/ACCURACY.md section."""
+    lines = ["", "## From a CPU profile to a GPU: the operator model", "",
+             "Each example's one-GPU profile (profiles/h200) predicted from its one-worker CPU profile at the same batch "
+             "(profiles/cpu): the step from the operators the CPU profile counted (srifty/opmodel.py), the "
+             "fixed costs fitted on the *other* examples only, and the interval calibrated on the other "
+             "examples' own held-out errors. `spec ratio` is the CPU profile's step carried by the spec-sheet "
+             f"speed ratio, srifty's transfer for a profile without an operator count. Regenerated by `{command}`.", "",
+             "| model | batch | GPU | CPU step, ms | measured on the GPU, ms | predicted, ms [5-95%] | error % | inside | "
+             "spec ratio, ms |",
+             "|---|---:|---|---:|---:|---|---:|---|---:|"]
+    for c in checks:
+        p = c.pair
+        spec = f"{c.spec_ratio_ms:.3g}" if c.spec_ratio_ms else "–"
+        lines.append(f"| {p.model} | {p.batch} | {p.gpu} | {p.cpu_ms:.1f} | {p.measured_ms:.1f} | "
+                     f"{c.predicted_ms:.1f} [{c.interval_ms[0]:.1f}-{c.interval_ms[1]:.1f}] | {100 * c.error:+.0f} | "
+                     f"{'yes' if c.inside else 'no'} | {spec} |")
+    errs = [abs(c.error) for c in checks]
+    spec = [abs(c.spec_ratio_ms / c.pair.measured_ms - 1) for c in checks if c.spec_ratio_ms]
+    lines += ["", f"Median absolute error {100 * statistics.median(errs):.0f}% (spec ratio: "
+              f"{100 * statistics.median(spec):.0f}%), mean {100 * statistics.mean(errs):.0f}%; "
+              f"{sum(c.inside for c in checks)} of {len(checks)} measurements inside their interval."]
+    if shipped is not None:
+        lines[-1] += (f" The shipped parameters (srifty/data/gpu_step_model.json, `make gpu-step`, fitted on all "
+                      f"{len({c.pair.model for c in checks})} examples): host floor {shipped.host_ms:.2f} ms and "
+                      f"{shipped.launch_us:.1f} µs per kernel; interval ×{math.exp(shipped.q05):.2f} to "
+                      f"×{math.exp(shipped.q95):.2f} on the GPU fitted, ×{math.exp(shipped.log_bounds('')[0]):.2f} to "
+                      f"×{math.exp(shipped.log_bounds('')[1]):.2f} on another.")
+    return "\n".join(lines) + "\n"
+
+
+def summary(checks: Sequence[HeldOut]) -> dict[str, Any]:
+    errs = [abs(c.error) for c in checks]
+    return {"pairs": len(checks), "median_abs_error": statistics.median(errs) if errs else None,
+            "inside": sum(c.inside for c in checks)}

@@ -1,0 +1,166 @@
+"""The operator count (srifty.profiling.opcount) and the step model built on it (srifty.opmodel)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from srifty.opmodel import FIXED, GpuStepModel, OperatorCounts, PhaseCount, StepTerms, fit, step_terms
+from srifty.profiling.opcount import OperatorCounter
+
+from conftest import PROFILES, run_srifty
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def test_counter_counts_kernels_flops_and_bytes_per_phase() -> None:
+    model, batch = _mlp(), 32
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
+    x, y = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
+    phase = ["forward"]
+    numels = [p.numel() for p in model.parameters()]
+    with OperatorCounter(lambda: phase[0], numels) as counter:
+        out = model(x)
+        phase[0] = "other"
+        loss = nn.functional.cross_entropy(out, y)
+        phase[0] = "backward"
+        loss.backward()
+        phase[0] = "optimizer"
+        opt.step()
+    got = counter.result(batch, len(numels))["phases"]
+    linear = [(64, 256), (256, 10)]
+    fwd = sum(2 * batch * i * o for i, o in linear)
+    assert got["forward"]["flops"] == fwd
+    assert got["forward"]["flop_kernels"] == 2  # the two addmm; relu and views are not arithmetic
+    # backward: weight gradients of both layers, the input gradient of the second only
+    assert got["backward"]["flops"] == fwd + 2 * batch * 256 * 10
+    # the weights' bytes are parameter traffic; the forward reads each weight once
+    assert got["forward"]["param_bytes"] >= 4 * sum(numels)
+    assert got["forward"]["bytes"] > got["forward"]["param_bytes"]
+    # SGD without foreach: one add_ per parameter tensor (no momentum, no weight decay)
+    assert got["optimizer"]["kernels"] == len(numels)
+    assert got["optimizer"]["flops"] == 0
+    assert got["optimizer"]["param_bytes"] == got["optimizer"]["bytes"]
+    assert got["other"]["kernels"] >= 1  # the loss
+    assert got["input"] == dict.fromkeys(got["input"], 0)
+
+
+def test_views_and_allocations_launch_no_kernel() -> None:
+    x = torch.randn(8, 8)
+    with OperatorCounter(lambda: "forward") as counter:
+        x.view(64).t() if False else x.t().reshape(64)  # a transpose then a copy: one kernel
+        torch.empty(10)
+    assert counter.counts["forward"]["kernels"] == 1
+
+
+def _counts(kernels: float = 100, flops: float = 1e9, nbytes: float = 1e8, param: float = 2e7) -> OperatorCounts:
+    phase = PhaseCount(kernels, 10, flops, nbytes / 2, nbytes, param)
+    return OperatorCounts(32, 40, {"forward": phase, "backward": phase, "optimizer": PhaseCount(160, 0, 0, 8e7, 8e7, 8e7),
+                                   "input": PhaseCount(3, 0, 0, 1e6, 1e6, 0), "other": PhaseCount(4, 0, 0, 1e6, 1e6, 0)})
+
+
+def test_counts_scale_with_the_batch_but_parameters_and_kernels_do_not() -> None:
+    c = _counts()
+    at = c.at(128)  # 4x the counted batch
+    f = at["forward"]
+    assert (f.kernels, f.flops) == (100, 4e9)
+    assert f.bytes == pytest.approx(2e7 + 4 * 8e7) and f.param_bytes == 2e7
+    assert f.flop_bytes / f.bytes == pytest.approx(0.5)
+    assert at["optimizer"] == c.phases["optimizer"]
+    # 160 per-parameter optimizer operators over 40 tensors: 4 foreach kernels on a GPU
+    assert c.gpu_kernels("optimizer") == 4 and c.gpu_kernels("forward") == 100
+
+
+def test_step_terms_are_a_roofline_of_the_counts() -> None:
+    c = _counts()
+    t = step_terms(c, 32, peak_tflops=100.0, mem_gbytes_per_s=1000.0, host_input_ms=1.5)
+    # per phase: max(1e9 / 1e14, 5e7 / 1e12) s of arithmetic + 5e7 / 1e12 s of other bytes
+    phase_ms = (max(1e9 / 1e14, 5e7 / 1e12) + 5e7 / 1e12) * 1e3
+    other_ms = 1e6 / 1e12 * 1e3
+    assert t.compute_device_ms == pytest.approx(2 * phase_ms + other_ms)
+    assert t.compute_kernels == 204 and t.post_kernels == 4
+    assert t.post_device_ms == pytest.approx(8e7 / 1e12 * 1e3)
+    assert t.host_input_ms == 1.5
+
+
+def test_fit_recovers_the_parameters_that_made_the_steps() -> None:
+    rows = [StepTerms(k, d, 4, 0.1, h) for k, d, h in [(100, 1, 0.5), (300, 2, 1), (200, 8, 3), (600, 0.5, 0.2)]]
+    truth = GpuStepModel(2.0, 30.0, FIXED["device_factor"], FIXED["host_factor"], 0, 0, 0, 0, ())
+    got = fit(rows, [truth.step_ms(r) for r in rows])
+    assert got == pytest.approx((2.0, 30.0, 1.0, 1.0), rel=1e-6)
+
+
+def test_interval_widens_in_quadrature_on_a_gpu_never_fitted() -> None:
+    m = GpuStepModel(2.0, 30.0, 1.0, 1.0, -0.3, 0.4, -0.4, 0.3, ("cnn@32:H200",))
+    assert m.log_bounds("H200") == (-0.3, 0.4)
+    assert m.log_bounds("A10G") == pytest.approx((-0.5, 0.5))
+    compute, post = m.split_ms(StepTerms(100, 1.0, 10, 0.5, 2.0))
+    assert compute == pytest.approx(2.0 + 3.0 + 1.0) and post == pytest.approx(0.3 + 0.5 + 2.0)
+
+
+def test_model_file_round_trips(tmp_path) -> None:
+    m = GpuStepModel(2.5, 24.0, 1.0, 1.0, -0.31, 0.44, -0.4, 0.38, ("a@1:H200", "b@2:H200"))
+    (tmp_path / "m.json").write_text(m.to_json())
+    back = GpuStepModel.read(tmp_path / "m.json")
+    assert back == m and back.gpus == {"H200"}
+    assert GpuStepModel.read(tmp_path / "none.json") is None
+    assert math.isfinite(back.host_ms)
+
+
+# ---------------------------------------------------------------- through srifty's prediction path
+
+CPU_CNN = PROFILES / "cpu" / "cnn_resnet" / "b32.json"
+
+
+def _expected_step(path, itype: str, batch: int) -> tuple[float, tuple[float, float]]:
+    """The step and interval the shipped operator model gives, computed from the profile's own fields."""
+    from srifty.catalog import Catalog
+    from srifty.cpu_to_gpu import terms_on
+    from srifty.opmodel import shipped_step_model
+    from srifty.profile import load
+
+    cat = Catalog.default()
+    gpu = cat.get(itype).gpu_name
+    model = shipped_step_model()
+    ms = model.step_ms(terms_on(load(path), batch, gpu, cat))
+    lo, hi = model.log_bounds(gpu)
+    return ms, (ms * math.exp(lo), ms * math.exp(hi))
+
+
+@pytest.mark.parametrize("itype, batch", [("p5en.48xlarge", 32), ("g5.xlarge", 32), ("g5.xlarge", 512)])
+def test_a_cpu_profile_goes_to_a_gpu_through_the_operator_model(itype: str, batch: int) -> None:
+    res = run_srifty("predict", "--profile", str(CPU_CNN), "--config", f"1x{itype}:1", "-b", str(batch), "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    ms, (lo, hi) = _expected_step(CPU_CNN, itype, batch)
+    assert got["iteration_ms"] == pytest.approx(ms, rel=1e-3)
+    assert got["interval_ms"] == pytest.approx([lo, hi], rel=1e-3)
+    assert got["source"] == "transferred" and got["parts"]["compute_source"] == "transferred"
+    assert "predicted from the operators the CPU profile counted" in res.stderr
+    assert "is outside the" not in res.stderr  # the model covers any batch: no extrapolation warning
+    if itype == "g5.xlarge":  # a GPU the model was not fitted on: a wider interval
+        assert "none on A10G" in res.stderr and hi / ms > math.exp(shipped_q95())
+
+
+def shipped_q95() -> float:
+    from srifty.opmodel import shipped_step_model
+
+    return shipped_step_model().q95
+
+
+def test_a_profile_without_an_operator_count_keeps_the_spec_ratio(tmp_path) -> None:
+    doc = json.loads(CPU_CNN.read_text())
+    doc["job"]["operators"] = None
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    res = run_srifty("predict", "--profile", str(old), "--config", "1xp5en.48xlarge:1", "--json")
+    assert res.returncode == 0, res.stderr
+    ms, _ = _expected_step(CPU_CNN, "p5en.48xlarge", 32)
+    assert json.loads(res.stdout)["iteration_ms"] < ms / 10  # the spec ratio's far smaller figure
+    assert "by GPU/CPU spec ratio" in res.stderr
