@@ -44,6 +44,8 @@ from srifty.configspec import MAX_SEARCH_NODES
 from srifty.errors import SriftyError
 from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
 from srifty.model import MODEL_CODE, LatencyModel, catalog_for_jobs, predict_table
+from srifty.profiling.ec2 import billed_hours
+from srifty.profiling.launcher import ProfileRequest
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -417,6 +419,68 @@ class Recommendation:
             d.pop("hours_to_finish")
             d.pop("usd_to_finish")
         return d
+
+
+@dataclass(frozen=True)
+class MeasurementAdvice:
+    """What would turn the chosen configuration's predicted compute on a type nobody profiled into
+    a measured one, what it costs, and which of the ranked rows it could reorder."""
+
+    config: str
+    instance_type: str
+    command: str
+    hours: float  # the most one instance of the EC2 profile is billed for
+    usd: float | None  # on demand, in the region recommended for
+    interval_ratio: tuple[float, float]  # the chosen row's interval over its point
+    overlapping: tuple[str, ...]  # ranked configurations whose throughput interval overlaps the chosen one's
+
+    def sentence(self) -> str:
+        lo, hi = self.interval_ratio
+        cost = (f"at most ${self.usd:.2f} ({self.hours:.2f} h of one {self.instance_type} on demand)"
+                if self.usd is not None else f"{self.hours:.2f} h of one {self.instance_type} (no price in the catalog)")
+        shown = ", ".join(self.overlapping[:3]) + (f" and {len(self.overlapping) - 3} more"
+                                                   if len(self.overlapping) > 3 else "")
+        settle = (f"; the chosen row's throughput interval overlaps those of {shown} in the ranking, whose order "
+                  "against it the measurement would settle" if self.overlapping else
+                  "; no other ranked row's interval overlaps the chosen one's, so the choice stands either way")
+        return (f"compute on {self.instance_type} is predicted, not measured (the interval spans x{lo:.2f} to "
+                f"x{hi:.2f} of {self.config}'s figure): `{self.command}` measures it, {cost}{settle}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["usd"] = None if self.usd is None else round(self.usd, 2)
+        d["hours"] = round(self.hours, 3)
+        d["interval_ratio"] = [round(x, 3) for x in self.interval_ratio]
+        d["overlapping"] = list(self.overlapping)
+        d["sentence"] = self.sentence()
+        return d
+
+
+def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
+    lo_ms, hi_ms = r.interval_ms
+    return r.throughput_samples_per_s * r.iteration_ms / hi_ms, r.throughput_samples_per_s * r.iteration_ms / lo_ms
+
+
+def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
+    """The one measurement that would make the chosen row's compute measured (None when it already is)."""
+    chosen = result.chosen
+    if chosen.source != "transferred":
+        return None
+    unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
+    if not unprofiled:
+        return None
+    itype = unprofiled[0]
+    batch = chosen.batch_split[itype]
+    command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
+               + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
+    hours = billed_hours(ProfileRequest(script=job.script))
+    price = catalog.ondemand_price(itype, result.constraints.region)
+    lo, hi = _throughput_interval(chosen)
+    overlapping = tuple(r.config for r in result.recommendations[1:]
+                        if _throughput_interval(r)[1] >= lo and _throughput_interval(r)[0] <= hi)
+    return MeasurementAdvice(chosen.config, itype, command, hours, None if price is None else price * hours,
+                             (chosen.interval_ms[0] / chosen.iteration_ms, chosen.interval_ms[1] / chosen.iteration_ms),
+                             overlapping)
 
 
 @dataclass

@@ -164,3 +164,31 @@ def test_a_profile_without_an_operator_count_keeps_the_spec_ratio(tmp_path) -> N
     ms, _ = _expected_step(CPU_CNN, "p5en.48xlarge", 32)
     assert json.loads(res.stdout)["iteration_ms"] < ms / 10  # the spec ratio's far smaller figure
     assert "by GPU/CPU spec ratio" in res.stderr
+
+
+def test_recommend_says_what_would_measure_the_chosen_compute() -> None:
+    res = run_srifty("recommend", "--profile", str(CPU_CNN), "--budget", "5", "--top", "5", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    chosen, advice = doc["recommendations"][0], doc["measure_next"]
+    assert chosen["source"] == "transferred"
+    itype = advice["instance_type"]
+    assert itype in chosen["config"]
+    assert advice["command"].startswith(f"srifty profile examples/cnn_resnet.py --backend ec2 --instance-types {itype}")
+    from srifty.catalog import Catalog
+    from srifty.profiling.ec2 import billed_hours
+    from srifty.profiling.launcher import ProfileRequest
+
+    hours = billed_hours(ProfileRequest(script="examples/cnn_resnet.py"))
+    assert advice["hours"] == pytest.approx(hours, abs=1e-3)
+    assert advice["usd"] == pytest.approx(Catalog.default().ondemand_price(itype) * hours, abs=0.01)
+    lo, hi = chosen["interval_ms"]
+    assert advice["interval_ratio"] == pytest.approx([lo / chosen["iteration_ms"], hi / chosen["iteration_ms"]], rel=1e-2)
+    # the overlapping rows are exactly those whose throughput interval meets the chosen one's
+    def span(r):
+        return r["throughput_samples_per_s"] * r["iteration_ms"] / r["interval_ms"][1], \
+            r["throughput_samples_per_s"] * r["iteration_ms"] / r["interval_ms"][0]
+    c0, c1 = span(chosen)
+    expected = [r["config"] for r in doc["recommendations"][1:]
+                if span(r)[1] >= c0 and span(r)[0] <= c1]
+    assert advice["overlapping"] == expected

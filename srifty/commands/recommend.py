@@ -206,9 +206,11 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     result = solver.solve(oracle, cat, cons, solver.Objective(objective) if objective else None, top=top)
     if plot:
         plot_front(result, plot)
+    advice = solver.measurement_advice(result, job, cat)
     total = time.perf_counter() - t0
     if as_json:
         doc = result.to_dict()
+        doc["measure_next"] = advice.to_dict() if advice else None
         doc["model"] = model_file or "simulator"
         doc["profile"] = {"model": job.model, "instance_types": job.instance_types}
         click.echo(json.dumps(doc, indent=2))
@@ -233,6 +235,8 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
               f"{_money(ch.usd_per_hour)}/h ({ch.source}).")
     for n in result.notes:
         say(f"note: {n}")
+    if advice:
+        say(f"measure: {advice.sentence()}")
     say(f"solved in {result.solve_seconds:.2f} s (latency model {result.model_seconds:.2f} s over "
         f"{result.model_rows:,} distinct rows); {total:.2f} s in this command"
         + (f"; plot written to {plot}" if plot else ""))

@@ -91,6 +91,18 @@ LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 LOST_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
 
+def time_cap(request: ProfileRequest) -> float:
+    """Seconds an instance may run after boot before the launcher gives up on it."""
+    if request.time_cap is not None:
+        return float(request.time_cap)
+    return request.startup_timeout + request.max_seconds + request.hang_timeout
+
+
+def billed_hours(request: ProfileRequest, boot_overhead_s: float = BOOT_OVERHEAD_S) -> float:
+    """The most hours one instance of an EC2 profile is billed for: the time cap plus boot."""
+    return (time_cap(request) + boot_overhead_s) / 3600.0
+
+
 # --------------------------------------------------------------------------- small values
 
 
@@ -424,12 +436,10 @@ class Ec2Backend(ProfilingBackend):
 
     def time_cap(self, request: ProfileRequest) -> float:
         """Seconds an instance may run after boot before the launcher gives up on it."""
-        if request.time_cap is not None:
-            return float(request.time_cap)
-        return request.startup_timeout + request.max_seconds + request.hang_timeout
+        return time_cap(request)
 
     def billed_hours(self, request: ProfileRequest) -> float:
-        return (self.time_cap(request) + self.boot_overhead_s) / 3600.0
+        return billed_hours(request, self.boot_overhead_s)
 
     def _nproc(self, request: ProfileRequest, instance_type: str) -> int:
         it = self.catalog.get(instance_type)
