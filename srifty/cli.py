@@ -141,6 +141,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--instance-types", default="", help="With --backend ec2: comma-separated EC2 types, profiled in parallel.")
 @click.option("--spot", is_flag=True, help="With --backend ec2: spot instances (a lost run is retried once on-demand).")
 @click.option("--nodes", type=params.NODES, default=1, show_default=True, help="With --backend ec2: instances per type (c10d rendezvous).")
+@click.option("--placement-group", is_flag=True, help="With --backend ec2: launch the nodes into a cluster placement group "
+              "of the run (10 Gbit/s per TCP flow between them instead of 5), deleted afterwards.")
 @click.option("--region", help="With --backend ec2: AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
 @click.option("--max-cost", type=params.non_negative(), help="With --backend ec2: refuse to launch when the estimated worst-case cost (USD) is above this "
               "(default: ec2.max_cost in ~/.config/srifty/config.yaml); below it, a run off a terminal needs no --yes.")
@@ -183,6 +185,7 @@ def profile_cmd(
     instance_types: str = "",
     spot: bool = False,
     nodes: int = 1,
+    placement_group: bool = False,
     region: str | None = None,
     max_cost: float | None = None,
     s3_uri: str | None = None,
@@ -204,6 +207,8 @@ def profile_cmd(
         raise SriftyError(f"--world-sizes takes comma-separated integers such as 2,4 (got {world_sizes!r}).") from None
     if collectives and script:
         raise SriftyError("--collectives runs srifty's own benchmark: give no SCRIPT with it.")
+    if placement_group and backend != "ec2":
+        raise SriftyError("--placement-group places EC2 instances: it needs --backend ec2.")
     if len(batches) > 1 and (collectives or backend == "ec2"):
         raise SriftyError("Several --batch-size values are for training scripts on the local or emulated backend.",
                           "Run one `srifty profile` per batch size with --backend ec2 (each launches instances).")
@@ -219,6 +224,7 @@ def profile_cmd(
             instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
             max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,
             instance_types=[t.strip() for t in instance_types.split(",") if t.strip()], spot=spot, nodes=nodes,
+            placement_group=placement_group,
             region=region, max_cost=max_cost, s3_uri=s3_uri, ami=ami, instance_profile=instance_profile,
             time_cap=time_cap, requirements=requirements,
             yes=yes, confirm=launch_prompt() if backend == "ec2" else None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +41,18 @@ EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over 
 # (20 IP + 32 TCP-with-timestamps + 14 Ethernet header bytes), so goodput = 1448/1514 of the
 # configured rate; docs/emulated-cluster.md measured 95.4-95.9% with iperf-like transfers.
 TBF_GOODPUT = 1448.0 / 1514.0
+# TCP payload share of an Ethernet frame at the usual MTU: the most of an instance's network rate a
+# TCP network can carry (EC2's ENA, like the emulated tbf links, counts whole frames)
+FRAME_GOODPUT = TBF_GOODPUT
+# AWS documents that one TCP flow between instances runs at up to 5 Gbit/s outside a cluster
+# placement group and 10 Gbit/s inside one, the instance's rate capping the aggregate
+FLOW_GBPS, PLACEMENT_GROUP_FLOW_GBPS = 5.0, 10.0
+# NCCL over sockets on an AWS (ENA) NIC opens 2 threads x 8 sockets per peer (net_socket.cc's
+# defaults for vendor 0x1d0f): the flow-limited rate where no TCP run was ever measured
+NCCL_AWS_FLOWS = 16
+# how far a network nobody measured may be from its prior, either way (a factor on its bandwidth):
+# FeatureBuilder.estimate widens a multi-node row's interval by what that does to its step
+PRIOR_NETWORK_SPREAD = 2.0
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
 # A GPU step below this share of its spec FLOPS (forward + backward = 3 x the counted forward) is
@@ -454,6 +467,38 @@ def load_collectives(paths: Sequence[str | Path]) -> list[CollectivePoint]:
     return out
 
 
+@dataclass(frozen=True)
+class AllreduceRow:
+    """One measured allreduce: ``nodes`` × ``gpus_per_node`` GPUs of ``instance_type``."""
+
+    instance_type: str
+    nodes: int
+    gpus_per_node: int
+    nbytes: float
+    us: float
+
+
+def load_allreduce_rows(paths: Sequence[str | Path], min_bytes: float = 1 << 20) -> list[AllreduceRow]:
+    """Allreduces of ``srifty profile --collectives`` across 2+ nodes of one real instance type (the
+    EC2 backend), messages of ``min_bytes`` or more: what the network of that type measured."""
+    out = []
+    for p in _profile_files(paths):
+        if p.kind != "collectives":
+            continue
+        cl = p.doc.get("cluster") or {}
+        types = set(cl.get("instance_types") or [])
+        if cl.get("launcher") == "emulated" or len(types) != 1 or int(cl.get("nodes") or 1) < 2:
+            continue
+        (itype,) = types
+        for c in p.doc.get("collectives") or []:
+            if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms") \
+                    and float(c["bytes"]) >= min_bytes:
+                wpn = c.get("workers_per_node") or [int(c["world_size"]) // int(c["nodes"])]
+                out.append(AllreduceRow(itype, int(c["nodes"]), int(max(wpn)), float(c["bytes"]),
+                                        float(c["median_ms"]) * 1e3))
+    return out
+
+
 # --------------------------------------------------------------------------- hardware
 
 
@@ -600,7 +645,8 @@ class LinkScale:
     A figure fitted on one kind of link never stands in for another: one fitted on TCP g4dn
     clusters put p4d/p5 allreduces at 3-10x their measured time."""
 
-    inter_efficiency: float = 1.0  # TCP (ENA)
+    # TCP (ENA) for every type alike, as CommModel's grid tries it; None: per type (tcp_gbps)
+    inter_efficiency: float | None = None
     intra_efficiency: float = 1.0  # PCIe
     latency_factor: float = 1.0  # TCP and PCIe latencies
     fast_links: tuple[tuple[str, float, float], ...] = ()
@@ -633,6 +679,39 @@ class LinkScale:
     # stands for the whole GPU-to-GPU path through the NICs, which is slower than a peer-to-peer
     # copy within a node, so one figure for both put single-node allreduces about 4x too slow.
     node_intra_efficiency: float | None = None
+    # TCP (ENA) networks, per instance type: the effective Gbit/s of an allreduce ring across its
+    # nodes (the slower of its fitted network and PCIe figures), fitted on that type's own
+    # multi-node runs or allreduces (CommModel). A type measured here keeps its fitted figures; any
+    # other TCP type gets the prior of :meth:`tcp_gbps` and PCIe at its line rate.
+    tcp_links: tuple[tuple[str, float], ...] = ()
+    # whether the nodes sit in a cluster placement group (AWS: 10 Gbit/s per TCP flow, not 5)
+    placement_group: bool = False
+
+    def tcp_measured(self, name: str) -> bool:
+        """Whether ``name``'s TCP network was measured (its own runs or allreduces)."""
+        return any(t == name for t, _ in self.tcp_links)
+
+    def tcp_gbps(self, hw: Hardware) -> float:
+        """Effective inter-node Gbit/s of a TCP (ENA) type: the instance's rate (the catalog's
+        baseline) times the frame goodput, or what NCCL's TCP flows carry, whichever is less. The
+        flows carry the type's own measured figure; on a type never measured, the median of the
+        measured types' figures (flows are NCCL's and AWS's, not the type's), or with nothing
+        measured NCCL's 16 flows at AWS's per-flow limit. In a cluster placement group the flows
+        carry twice as much (10 Gbit/s per flow, not 5). No measured type and ``inter_efficiency``
+        set (CommModel's grid): the catalog rate times it."""
+        cap = hw.inter.gbytes_per_s * 8.0
+        measured = dict(self.tcp_links)
+        if not measured and self.inter_efficiency is not None:
+            return cap * self.inter_efficiency
+        if hw.name in measured:
+            flows = measured[hw.name]
+        elif measured:
+            flows = statistics.median(measured.values())
+        else:
+            flows = NCCL_AWS_FLOWS * FLOW_GBPS
+        if self.placement_group:
+            flows *= PLACEMENT_GROUP_FLOW_GBPS / FLOW_GBPS
+        return min(cap * FRAME_GOODPUT, flows)
 
     def within_node(self, raw: Hardware, scaled: Hardware) -> Link:
         """The intra-node link of a ring on one node of ``raw`` (catalog figures; ``scaled`` is
@@ -674,12 +753,28 @@ class LinkScale:
             return replace(hw, inter=Link(hw.inter.gbytes_per_s * goodput,
                                           max(hw.inter.latency_us, self.emulated_latency_us)))
         measured = next(((nv, efa) for name, nv, efa in self.fast_links if name == hw.name), (1.0, 1.0))
-        intra_eff, intra_lat = ((measured[0], 1.0) if hw.intra_kind == "nvlink"
-                                else (self.intra_efficiency, self.latency_factor))
-        inter_eff, inter_lat = ((measured[1], 1.0) if hw.inter_kind == "efa"
-                                else (self.inter_efficiency, self.latency_factor))
+        if hw.intra_kind == "nvlink":
+            intra_eff, intra_lat = measured[0], 1.0
+        elif not self.tcp_links or self.tcp_measured(hw.name):
+            # the PCIe share fitted with the network of the measured types is part of their path
+            intra_eff, intra_lat = self.intra_efficiency, self.latency_factor
+        else:  # a type whose network was never measured: PCIe at its line rate, the network its prior
+            intra_eff, intra_lat = 1.0, self.latency_factor
+        if hw.inter_kind == "efa":
+            inter = Link(hw.inter.gbytes_per_s * measured[1], hw.inter.latency_us)
+        else:
+            inter = Link(self.tcp_gbps(hw) / 8.0, hw.inter.latency_us * self.latency_factor)
         return replace(hw, intra=Link(hw.intra.gbytes_per_s * intra_eff, hw.intra.latency_us * intra_lat),
-                       inter=Link(hw.inter.gbytes_per_s * inter_eff, hw.inter.latency_us * inter_lat))
+                       inter=inter)
+
+    def network_measured(self, hw: Hardware) -> bool:
+        """Whether ``hw``'s inter-node network was measured (emulated links always are, by the
+        sweeps or their prior; EFA by nccl-tests; TCP by runs or allreduces on the type)."""
+        if hw.emulated:
+            return True
+        if hw.inter_kind == "efa":
+            return any(name == hw.name for name, _, _ in self.fast_links)
+        return self.tcp_measured(hw.name)
 
 
 # --------------------------------------------------------------------------- features
@@ -986,12 +1081,32 @@ class FeatureBuilder:
             if self.job.bucket_bytes and abs(sum(buckets) - gb) > 0.01 * gb:
                 buckets = simulate.bucket_layout(gb)
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
-            sim = simulate.simulate_iteration(compute, buckets, wpn_all, intra, inter,
-                                              self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
-                                              optimizer_ms=post, overlap_slowdown=(
-                                                  self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
-                                                  if emulated else 0.0),
-                                              hierarchical=all(h.hierarchical_allreduce for h in hws))
+            def simulated(inter: Link) -> simulate.SimResult:
+                return simulate.simulate_iteration(
+                    compute, buckets, wpn_all, intra, inter,
+                    self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs, optimizer_ms=post,
+                    overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
+                                      if emulated else 0.0),
+                    hierarchical=all(h.hierarchical_allreduce for h in hws))
+
+            sim = simulated(inter)
+            prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
+            if len(wpn_all) > 1 and prior:
+                # a network nobody measured may be PRIOR_NETWORK_SPREAD times slower or faster than
+                # its prior: the step at the slower network, and without that share of its exposed
+                # communication at the faster one
+                k = PRIOR_NETWORK_SPREAD
+                slow_ms = simulated(Link(inter.gbytes_per_s / k, inter.latency_us)).iteration_ms
+                exposed = max(sim.iteration_ms - step_alone, 0.0) / sim.iteration_ms
+                net_low, net_high = 1.0 - exposed * (1.0 - 1.0 / k), slow_ms / sim.iteration_ms
+                batch_low, batch_high = batch_low * net_low, batch_high * net_high
+                note = (f"the network between {', '.join(dict.fromkeys(prior))} nodes was never measured: its "
+                        f"bandwidth is a prior from the instance's rate and AWS's per-flow limit (latency-model.md, "
+                        f"section 3), and the interval spans x{net_low:.2f} to x{net_high:.2f} of the step for it; "
+                        "`srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, "
+                        "for a model fitted with that profile in its corpus (`srifty fit`)")
+                if note not in notes:
+                    notes.append(note)
             if self.grad_bytes_estimated and sum(wpn_all) > 1:
                 notes.append(gradient_estimated_note(gb))
         else:

@@ -26,7 +26,7 @@ from srifty import __version__, safe_skops
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
 from srifty.features import (FEATURES, INTER_LATENCY_US, LOOSE_PROFILE_CI, REGIME_FEATURES, RESIDUAL_FEATURES, TBF_GOODPUT,
-                             CollectivePoint,
+                             AllreduceRow, CollectivePoint,
                              FeatureBuilder, JobProfile, LinkScale, RowEstimate, Run, hardware_of, run_config)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,17 +189,7 @@ def fit_emulated_goodput_by_rate(points: Sequence[CollectivePoint], latency_us: 
 NCCL_TESTS = ROOT / "data" / "traces" / "nccl_tests_allreduce_aws.csv"
 NCCL_MIN_BYTES = 1 << 20  # DDP's buckets are 1-25 MiB: the bandwidth regime is what matters
 FAST_LINK_GRID = (0.1, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
-
-
-@dataclass(frozen=True)
-class AllreduceRow:
-    """One measured allreduce: ``nodes`` × ``gpus_per_node`` GPUs of ``instance_type``."""
-
-    instance_type: str
-    nodes: int
-    gpus_per_node: int
-    nbytes: float
-    us: float
+TCP_ALLREDUCE_GRID = tuple(round(10 ** (-2 + 0.05 * i), 5) for i in range(41))  # 1% to 100% of the catalog rate
 
 
 def measured_allreduce(path: str | Path = NCCL_TESTS) -> tuple[list[AllreduceRow], list[str]]:
@@ -253,6 +243,29 @@ def rows_in_catalog(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[l
         except SriftyError:
             known_types[t] = False
     return [r for r in rows if known_types[r.instance_type]], sorted(t for t, ok in known_types.items() if not ok)
+
+
+def fit_tcp_allreduce(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkScale
+                      ) -> tuple[tuple[str, float], ...]:
+    """Per TCP (ENA) type with allreduces measured across 2+ nodes of it: the effective Gbit/s
+    (LinkScale.tcp_links) minimising the median absolute log error of the allreduce estimate on
+    them, over efficiencies on the catalog rate from 1% to 100% (the other figures of ``scale``
+    fixed)."""
+    import numpy as np
+
+    known, _ = rows_in_catalog(catalog, rows)
+    out = []
+    for itype in sorted({r.instance_type for r in known if r.nodes >= 2}):
+        hw = hardware_of(catalog, itype)
+        if hw.emulated or hw.inter_kind != "tcp":
+            continue
+        mine = [r for r in known if r.instance_type == itype and r.nodes >= 2]
+        y = np.array([r.us for r in mine])
+        cap = hw.inter.gbytes_per_s * 8.0
+        best = min((float(np.median(np.abs(np.log(allreduce_us(catalog, mine, replace(
+            scale, tcp_links=((itype, cap * e),))) / y)))), cap * e) for e in TCP_ALLREDUCE_GRID)
+        out.append((itype, round(best[1], 4)))
+    return tuple(out)
 
 
 def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tuple[str, float, float], ...]:
@@ -343,6 +356,7 @@ class CommModel:
         emu["emulated_overlap_slowdown"] = self._fit_overlap_slowdown(known, catalog, LinkScale(**emu))
         pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2 and tcp_pcie(r)]
         if not pairs:
+            emu["tcp_links"] = fit_tcp_allreduce(catalog, allreduce, LinkScale(**emu))
             self.link_scale_, self.score_, self.n_rows_ = LinkScale(**emu), None, 0
             return self
         one_node = [(j, r) for j, r in pairs if r.nodes == 1]
@@ -352,10 +366,31 @@ class CommModel:
         grid = (LinkScale(*figures) for figures in itertools.product(self.inter_grid, self.intra_grid,
                                                                      self.latency_grid))
         self.score_, scale = min(((median_log_error(pairs, catalog, s), s) for s in grid), key=lambda t: t[0])
+        links = dict(self._fit_tcp_links(pairs, catalog, scale))
+        links.update(dict(fit_tcp_allreduce(catalog, allreduce, scale)))  # an allreduce measures the link itself
         self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu,
-                                     node_intra_efficiency=self._fit_node_intra(one_node, catalog, scale))
+                                     node_intra_efficiency=self._fit_node_intra(one_node, catalog, scale),
+                                     tcp_links=tuple(sorted(links.items())))
         self.n_rows_ = len(pairs)
         return self
+
+    def _fit_tcp_links(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",
+                       scale: LinkScale) -> tuple[tuple[str, float], ...]:
+        """Per TCP type with runs across nodes of it alone: its effective Gbit/s (LinkScale.tcp_links):
+        the catalog rate times the grid efficiency whose simulation of those runs has the least
+        median absolute log error, the other figures fixed, or the fitted PCIe share of its GPU-to-NIC
+        hop when that is slower (on such a type the ring runs at it)."""
+        by_type: dict[str, list[tuple[JobProfile, Run]]] = {}
+        for j, r in pairs:
+            if r.nodes >= 2 and not r.mixed:
+                by_type.setdefault(r.instance_type, []).append((j, r))
+        out = []
+        for itype, mine in sorted(by_type.items()):
+            eff = min(self.inter_grid, key=lambda e: median_log_error(mine, catalog, replace(scale, inter_efficiency=e)))
+            hw = hardware_of(catalog, itype)
+            pcie = hw.intra.gbytes_per_s * 8.0 * scale.intra_efficiency if hw.intra_kind == "pcie" else float("inf")
+            out.append((itype, round(min(eff * hw.inter.gbytes_per_s * 8.0, pcie), 4)))
+        return tuple(out)
 
     def _fit_node_intra(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",
                         scale: LinkScale) -> float | None:
@@ -809,6 +844,11 @@ class Predictor:
     def builder(self, job: JobProfile, catalog: "Catalog") -> FeatureBuilder:
         return FeatureBuilder(job, catalog, self.link_scale)
 
+    def in_placement_group(self, on: bool = True) -> "Predictor":
+        """This predictor for nodes in a cluster placement group (LinkScale.placement_group: each
+        TCP flow carries 10 Gbit/s, not 5); itself when ``on`` is false."""
+        return Predictor(self.latency, replace(self.link_scale, placement_group=True), self.meta) if on else self
+
     def predict(self, job: JobProfile, catalog: "Catalog", rows: Sequence[tuple[ClusterConfig, int]]) -> list[Prediction]:
         """Predictions for (resolved configuration, per-worker batch) rows, with each row's warnings
         (:func:`predict_table` gives the figures)."""
@@ -872,13 +912,12 @@ NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-
 
 
 def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
-    """Per kind of link, the instance types whose efficiency for it was fitted on their own
-    measurements: TCP on runs across nodes and PCIe on several workers on a node (the model's
-    corpus), NVLink and EFA on nccl-tests (``link_scale.fast_links``)."""
+    """Per kind of link within a node, the instance types whose efficiency for it was fitted on
+    their own measurements: PCIe on several workers on a node (the model's corpus), NVLink on
+    nccl-tests (``link_scale.fast_links``). Networks between nodes: LinkScale.network_measured."""
     meta = predictor.meta if predictor is not None else {}
-    fast = frozenset(t for t, *_ in link_scale.fast_links)
-    return {"tcp": frozenset(meta.get("multi_node_types", ())), "pcie": frozenset(meta.get("multi_worker_node_types", ())),
-            "efa": fast, "nvlink": fast}
+    return {"pcie": frozenset(meta.get("multi_worker_node_types", ())),
+            "nvlink": frozenset(t for t, *_ in link_scale.fast_links)}
 
 
 def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[str, frozenset[str]]) -> str:
@@ -891,9 +930,9 @@ def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[
     hws = [builder.hardware(g.instance_type) for g in config.groups]
     if all(h.emulated for h in hws):
         return "emulated-sweeps"
-    multi_node = config.nodes > 1
-    mine = all(g.instance_type in fitted.get(h.inter_kind if multi_node else h.intra_kind, frozenset())
-               for g, h in zip(config.groups, hws))
+    if config.nodes > 1:  # the network between nodes: measured on these types (LinkScale) or a prior
+        return "fitted-on-type" if all(builder.link_scale.network_measured(h) for h in hws) else "prior"
+    mine = all(g.instance_type in fitted.get(h.intra_kind, frozenset()) for g, h in zip(config.groups, hws))
     return "fitted-on-type" if mine else "prior"
 
 
@@ -1035,7 +1074,7 @@ def installed_versions() -> dict[str, str]:
 # re-fitted and the golden predictions written again (`make model`). A saved or cached model
 # whose card names another revision is stale. Edits that move no prediction (a comment, a
 # rename) change nothing.
-MODEL_REVISION = 2
+MODEL_REVISION = 3
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.solver.PREDICTION_CODE).
@@ -1111,6 +1150,7 @@ def load(path: str | Path) -> Predictor:
     link["fast_links"] = tuple(tuple(x) for x in link.get("fast_links", ()))
     link["emulated_goodput_by_mbit"] = tuple(tuple(x) for x in link.get("emulated_goodput_by_mbit", ()))
     link["emulated_mixed_ring"] = tuple(link.get("emulated_mixed_ring", (1.0, 1.0)))
+    link["tcp_links"] = tuple(tuple(x) for x in link.get("tcp_links", ()))
     return Predictor(lm, LinkScale(**link), meta)
 
 
@@ -1172,11 +1212,12 @@ class CombinedCatalog:
 
 @lru_cache(maxsize=4)
 def _default_predictor_cached(paths: tuple[str, ...], quick: bool) -> tuple[Predictor, Any]:
-    from srifty.features import load_collectives, load_corpus
+    from srifty.features import load_allreduce_rows, load_collectives, load_corpus
 
     jobs = load_corpus(list(paths))
     cat = catalog_for_jobs(jobs)
-    return Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(list(paths))), cat
+    return Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(list(paths)),
+                           allreduce=measured_allreduce()[0] + load_allreduce_rows(list(paths))), cat
 
 
 def default_predictor(paths: Sequence[str] = (), quick: bool = False) -> Predictor:

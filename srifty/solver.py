@@ -94,6 +94,7 @@ class Constraints:
     restart_overhead_h: float = DEFAULT_RESTART_OVERHEAD_H
     global_batch_size: int | None = None
     local_batch_size: int | None = None  # per-worker batch when no global batch is given
+    placement_group: bool = False  # nodes in a cluster placement group (the predictor's network; reported)
 
     def validate(self) -> None:
         for name in ("budget_per_hour", "total_budget", "min_throughput", "deadline_hours", "samples"):

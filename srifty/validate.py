@@ -593,7 +593,7 @@ def validate_allreduce(catalog: "Catalog", training_scale: Any, rows: Sequence[A
     for itype in sorted({r.instance_type for r in known}):
         mine = sorted((r for r in known if r.instance_type == itype), key=lambda r: (r.nodes, r.nbytes))
         one_for_all = replace(base, fast_links=((itype, training_scale.intra_efficiency,
-                                                 training_scale.inter_efficiency),))
+                                                 training_scale.inter_efficiency or 1.0),))
         held_out = {}
         for fold in (0, 1):
             train = [r for i, r in enumerate(mine) if i % 2 != fold]

@@ -676,3 +676,87 @@ def test_cli_three_quick_ctrl_c_interrupted_without_traceback(aws, tmp_path, mon
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert "Still stopping run" in err, err
     assert alive(ec2) == []
+
+
+class PlacementGroupsEc2(RecordingEc2):
+    """moto (5.2) has no placement-group API: these three calls answer as EC2 documents them
+    (CreatePlacementGroup, DescribePlacementGroups with tag filters, DeletePlacementGroup), with
+    EC2's error when a group still holds live instances; everything else goes to moto."""
+
+    def __init__(self, client) -> None:
+        super().__init__(client)
+        self.groups: dict[str, dict[str, Any]] = {}
+
+    def create_placement_group(self, GroupName: str, Strategy: str, TagSpecifications=()) -> dict[str, Any]:
+        tags = [t for spec in TagSpecifications if spec["ResourceType"] == "placement-group" for t in spec["Tags"]]
+        self.groups[GroupName] = {"GroupName": GroupName, "State": "available", "Strategy": Strategy,
+                                  "GroupId": f"pg-{len(self.groups):017x}", "Tags": tags}
+        return {"PlacementGroup": self.groups[GroupName]}
+
+    def describe_placement_groups(self, Filters=()) -> dict[str, Any]:
+        def keep(g: dict[str, Any]) -> bool:
+            tags = {t["Key"]: t["Value"] for t in g["Tags"]}
+            return all(tags.get(f["Name"].removeprefix("tag:")) in f["Values"] for f in Filters)
+        return {"PlacementGroups": [g for g in self.groups.values() if keep(g)]}
+
+    def delete_placement_group(self, GroupName: str) -> dict[str, Any]:
+        live = [i for r in self._client.describe_instances()["Reservations"] for i in r["Instances"]
+                if i["State"]["Name"] != "terminated" and i["InstanceId"] in self.members(GroupName)]
+        if live:
+            raise ClientError({"Error": {"Code": "InvalidPlacementGroup.InUse",
+                                         "Message": f"The placement group '{GroupName}' is in use"}},
+                              "DeletePlacementGroup")
+        del self.groups[GroupName]
+        return {}
+
+    def members(self, group: str) -> set[str]:
+        return {i for call, ids in self.launched for i in ids if call.get("Placement", {}).get("GroupName") == group}
+
+    def run_instances(self, **kwargs: Any) -> Any:
+        resp = super().run_instances(**kwargs)
+        self.launched.append((kwargs, [x["InstanceId"] for x in resp["Instances"]]))
+        return resp
+
+    @property
+    def launched(self) -> list[tuple[dict[str, Any], list[str]]]:
+        return self.__dict__.setdefault("_launched", [])
+
+
+def test_placement_group_holds_the_nodes_and_is_deleted_after(aws, catalog, tmp_path) -> None:
+    ec2, s3 = aws
+    rec = PlacementGroupsEc2(ec2)
+    backend, logs = make_backend(catalog, rec)
+    with FakeInstances(ec2, s3):
+        backend.profile(request(instance_types=["g5.12xlarge"], nodes=2, placement_group=True), str(tmp_path / "p.json"))
+    (call,) = rec.run_calls
+    run_id = next(t["Value"] for t in call["TagSpecifications"][0]["Tags"] if t["Key"] == "srifty:run-id")
+    assert call["Placement"]["GroupName"] == f"srifty-{run_id}" and call["Placement"]["AvailabilityZone"]
+    assert any(f"created cluster placement group srifty-{run_id}" in line for line in logs)
+    assert any(f"deleted placement group srifty-{run_id}" in line for line in logs)
+    assert rec.groups == {} and alive(ec2) == []
+
+
+def test_cleanup_deletes_srifty_placement_groups_once_empty(aws) -> None:
+    from srifty.commands.ec2 import cleanup_placement_groups
+
+    ec2 = PlacementGroupsEc2(aws[0])
+    tags = [{"Key": "srifty:managed", "Value": "true"}, {"Key": "srifty:run-id", "Value": "r1"}]
+    ec2.create_placement_group(GroupName="srifty-r1", Strategy="cluster",
+                               TagSpecifications=[{"ResourceType": "placement-group", "Tags": tags}])
+    ec2.create_placement_group(GroupName="theirs", Strategy="cluster")
+    image = aws[0].describe_images()["Images"][0]["ImageId"]
+    ids = [x["InstanceId"] for x in ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
+                                                      Placement={"GroupName": "srifty-r1"})["Instances"]]
+    assert cleanup_placement_groups(ec2, "r1", dry_run=True) == (["srifty-r1"], [])
+    assert cleanup_placement_groups(ec2, None, dry_run=False) == ([], ["srifty-r1"])  # an instance is still in it
+    aws[0].terminate_instances(InstanceIds=ids)
+    assert cleanup_placement_groups(ec2, None, dry_run=False) == (["srifty-r1"], [])
+    assert set(ec2.groups) == {"theirs"}
+
+
+def test_placement_group_needs_the_ec2_backend(tmp_path) -> None:
+    from conftest import run_srifty
+
+    res = run_srifty("profile", SCRIPT, "--placement-group", "--out", str(tmp_path / "p.json"))
+    assert res.returncode == 1 and "--placement-group places EC2 instances" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "p.json").exists()

@@ -1268,3 +1268,97 @@ def test_accuracy_page_splits_the_stated_gradient_rows_by_node_count() -> None:
     assert (one, n_one, many, n_many) == (pytest.approx(15.0), 2, pytest.approx(6.0), 3)
     text = render_markdown(report, "srifty validate", ["c"], None)
     assert "the model's MAPE is 9.6% (15.0% over the 2 rows on one node, 6.0% over the 3 on several)." in text
+
+
+def test_a_type_s_network_fitted_on_one_model_predicts_another_better_than_the_prior() -> None:
+    """The network of g4dn.12xlarge fitted on cifar10's trace alone (CommModel: the type's TCP figure,
+    the PCIe share of a ring across nodes, the latency factor), against the prior of documented
+    facts (PCIe line rate, the instance's rate, NCCL's flows at AWS's per-flow limit), on the
+    multi-node rows of every other Pollux model on that type: the simulator alone."""
+    import numpy as np
+
+    from srifty.catalog import Catalog
+    from srifty.features import LinkScale, load_corpus
+    from srifty.model import CommModel, simulated_ms
+
+    cat = Catalog.default()
+    jobs = {j.model: j for j in load_corpus([str(ROOT / "profiles" / "pollux")])}
+    fitted = CommModel(max_rows=200).fit([jobs["cifar10"]], cat).link_scale_
+    (itype, gbps), = fitted.tcp_links
+    assert itype == "g4dn.12xlarge" and 0 < gbps < 50 * 0.96
+    prior = LinkScale()  # documented figures only: PCIe line rates, the instance's rate, NCCL's flows
+    for name in ("imagenet", "deepspeech2", "ncf"):
+        pairs = [(jobs[name], r) for r in jobs[name].runs if r.nodes >= 2]
+        y = np.array([r.step_ms for _, r in pairs])
+        err_fit = np.mean(np.abs(simulated_ms(pairs, cat, fitted) / y - 1))
+        err_prior = np.mean(np.abs(simulated_ms(pairs, cat, prior) / y - 1))
+        assert err_fit < err_prior, (name, err_fit, err_prior)
+
+
+def test_tcp_network_prior_follows_the_documented_limits() -> None:
+    from srifty.catalog import Catalog
+    from srifty.features import FLOW_GBPS, FRAME_GOODPUT, NCCL_AWS_FLOWS, LinkScale, hardware_of
+
+    cat = Catalog.default()
+    small, big = hardware_of(cat, "g5.xlarge"), hardware_of(cat, "g5.12xlarge")
+    # nothing measured: the instance's rate (frame goodput) or NCCL's 16 flows at 5 Gbit/s each
+    assert LinkScale().tcp_gbps(small) == pytest.approx(2.5 * FRAME_GOODPUT)
+    assert LinkScale().tcp_gbps(big) == pytest.approx(min(40 * FRAME_GOODPUT, NCCL_AWS_FLOWS * FLOW_GBPS))
+    # one type measured at 8 Gbit/s: its flows stand for every unmeasured type, capped by each rate
+    measured = LinkScale(tcp_links=(("g4dn.12xlarge", 8.0),))
+    assert measured.tcp_gbps(big) == 8.0 and measured.tcp_gbps(small) == pytest.approx(2.5 * FRAME_GOODPUT)
+    assert measured.network_measured(hardware_of(cat, "g4dn.12xlarge")) and not measured.network_measured(big)
+    # a cluster placement group doubles what a flow carries (10 Gbit/s, not 5)
+    assert replace_pg(measured).tcp_gbps(big) == 16.0
+
+
+def replace_pg(scale):
+    from dataclasses import replace
+
+    return replace(scale, placement_group=True)
+
+
+def test_a_type_s_network_is_fitted_from_its_measured_allreduces(tmp_path) -> None:
+    """An EC2 allreduce sweep across 2 nodes of g5.12xlarge whose times are what a 20 Gbit/s
+    network gives: load_allreduce_rows reads it, fit_tcp_allreduce recovers the rate (to the
+    grid's 12% steps), and a model trained with it calls that type's network measured."""
+    from srifty.catalog import Catalog
+    from srifty.features import AllreduceRow, LinkScale, hardware_of, load_allreduce_rows
+    from srifty.model import allreduce_us, fit_tcp_allreduce
+
+    cat = Catalog.default()
+    truth = LinkScale(tcp_links=(("g5.12xlarge", 20.0),))
+    doc = json.loads((ROOT / "profiles" / "local" / "collectives.json").read_text())
+    doc["cluster"].update(launcher="ec2", world_size=8, nodes=2, workers_per_node=[4, 4],
+                          instance_types=["g5.12xlarge"])
+    for h in doc["cluster"]["hosts"]:
+        h["instance_type"] = "g5.12xlarge"
+    sizes = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    doc["collectives"] = [{**doc["collectives"][0], "world_size": 8, "nodes": 2, "workers_per_node": [4, 4],
+                           "bytes": b, "median_ms": float(allreduce_us(cat, [AllreduceRow("g5.12xlarge", 2, 4, b, 0)],
+                                                                       truth)[0]) / 1e3} for b in sizes]
+    (tmp_path / "coll.json").write_text(json.dumps(doc))
+    rows = load_allreduce_rows([tmp_path])
+    assert [(r.instance_type, r.nodes, r.gpus_per_node, r.nbytes) for r in rows] == \
+        [("g5.12xlarge", 2, 4, float(b)) for b in sizes]
+    ((itype, gbps),) = fit_tcp_allreduce(cat, rows, LinkScale())
+    assert itype == "g5.12xlarge" and abs(gbps / 20.0 - 1) < 0.06
+    assert LinkScale(tcp_links=((itype, gbps),)).network_measured(hardware_of(cat, "g5.12xlarge"))
+
+
+def test_placement_group_speeds_a_flow_limited_network_in_predict() -> None:
+    outs = []
+    for flag in ([], ["--placement-group"]):
+        res = _run("predict", "--profile", str(ROOT / "profiles" / "pollux" / "imagenet"), "--config", "2xg5.12xlarge",
+                   "-b", "200", "--json", *flag)
+        assert res.returncode == 0, res.stderr
+        outs.append(json.loads(res.stdout)["parts"])
+    plain, grouped = outs
+    assert grouped["compute_ms"] == plain["compute_ms"] and plain["network_source"] == "prior"
+    assert grouped["communication_ms"] < plain["communication_ms"]
+
+
+def _run(*args: str):
+    from conftest import run_srifty
+
+    return run_srifty(*args)

@@ -345,3 +345,20 @@ def test_a_faster_gpu_on_a_slower_network_does_not_prune_in_mixes():
         if prune:
             pruned_front = fronts
     assert pruned_front == fronts and any("t0.x" in c for c, _ in fronts)
+
+
+def test_placement_group_reaches_the_predictions_and_the_report() -> None:
+    from conftest import PROFILES, run_srifty
+
+    docs = []
+    for flag in ([], ["--placement-group"]):
+        res = run_srifty("recommend", "--profile", str(PROFILES / "pollux" / "imagenet"), "--instance-types",
+                         "g5.12xlarge", "--max-nodes", "4", "--no-spot", "--homogeneous", "--budget", "100",
+                         "--top", "16", "--json", *flag)
+        assert res.returncode == 0, res.stderr
+        docs.append(json.loads(res.stdout))
+    plain, grouped = ({r["config"]: r for r in d["recommendations"]} for d in docs)
+    assert (docs[0]["constraints"]["placement_group"], docs[1]["constraints"]["placement_group"]) == (False, True)
+    # one node has no network between nodes; more nodes run faster in a placement group
+    assert grouped["1xg5.12xlarge"]["iteration_ms"] == plain["1xg5.12xlarge"]["iteration_ms"]
+    assert grouped["4xg5.12xlarge"]["iteration_ms"] < plain["4xg5.12xlarge"]["iteration_ms"]

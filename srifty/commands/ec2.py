@@ -49,6 +49,26 @@ def cleanup_instances(client: Any, run_id: str | None, dry_run: bool) -> list[di
     return found
 
 
+def cleanup_placement_groups(client: Any, run_id: str | None, dry_run: bool) -> tuple[list[str], list[str]]:
+    """srifty's cluster placement groups: (deleted, or listed when ``dry_run``; still holding
+    instances, to delete once those have terminated)."""
+    from botocore.exceptions import ClientError
+
+    from srifty.profiling.ec2 import find_placement_groups
+
+    done, busy = [], []
+    for name in find_placement_groups(client, run_id):
+        if dry_run:
+            done.append(name)
+            continue
+        try:
+            client.delete_placement_group(GroupName=name)
+            done.append(name)
+        except ClientError:  # instances still in it (shutting down): a later cleanup deletes it
+            busy.append(name)
+    return done, busy
+
+
 @ec2.command("cleanup", epilog=EPILOG)
 @click.option("--run-id", help="Only this run's instances (the id srifty printed when it launched them).")
 @click.option("--region", help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
@@ -57,6 +77,7 @@ def cleanup(run_id: str | None, region: str | None, dry_run: bool) -> None:
     """Terminate every instance tagged srifty:managed=true that is still pending, running or stopped."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError
 
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     try:
@@ -66,7 +87,19 @@ def cleanup(run_id: str | None, region: str | None, dry_run: bool) -> None:
         raise SriftyError(f"Could not list or terminate srifty's instances in {region}: {exc}",
                           "Check your AWS credentials and that they allow ec2:DescribeInstances and "
                           "ec2:TerminateInstances (docs/aws-permissions.md).") from None
+    groups, busy = [], []
+    try:  # placement groups cost nothing: failing to list them must not fail the instances' clean-up
+        groups, busy = cleanup_placement_groups(client, run_id, dry_run)
+    except (ClientError, BotoCoreError, ResponseParserError) as exc:
+        click.echo(f"warning: could not list or delete srifty's placement groups in {region} ({exc}); they cost "
+                   "nothing, and need ec2:DescribePlacementGroups and ec2:DeletePlacementGroup "
+                   "(docs/aws-permissions.md)", err=True)
     scope = f"run {run_id}" if run_id else "any srifty run"
+    for name in groups:
+        click.echo(f"{'would delete' if dry_run else 'deleted'} placement group {name}", err=True)
+    for name in busy:
+        click.echo(f"placement group {name} still holds instances that are shutting down: run cleanup again in a "
+                   "minute to delete it", err=True)
     if not found:
         click.echo(f"No instances of {scope} left in {region}.", err=True)
         return

@@ -74,7 +74,7 @@ Examples:
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""
     from srifty import model as m
-    from srifty.features import load_collectives, load_corpus
+    from srifty.features import load_allreduce_rows, load_collectives, load_corpus
 
     paths = m.corpus_paths(corpus)
     if not paths:
@@ -84,7 +84,8 @@ def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     check_writable(out_file)
     jobs = load_corpus(paths)
     cat = m.catalog_for_jobs(jobs)
-    pred = m.Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(paths))
+    pred = m.Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(paths),
+                             allreduce=m.measured_allreduce()[0] + load_allreduce_rows(paths))
     m.save(pred, out)
     meta = pred.meta
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
@@ -129,9 +130,11 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 @click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profile's).")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="A model file from `srifty fit`.")
 @click.option("--catalog", "catalog_path", type=click.Path(), help="Catalog CSV or emulated YAML (default: EC2).")
+@click.option("--placement-group", is_flag=True, help="Nodes in a cluster placement group (10 Gbit/s per TCP "
+              "flow between them, not 5).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | None, local_batch_size: int | None,
-                model_path: str | None, catalog_path: str | None, as_json: bool) -> None:
+                model_path: str | None, catalog_path: str | None, placement_group: bool, as_json: bool) -> None:
     """Predict iteration time and throughput of a profiled model on other configurations."""
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
@@ -160,7 +163,7 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
     if pred is None:
         raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",
                           "Drop --model to use the cached one, or give a file from `srifty fit`.")
-    results = pred.predict(job, cat, rows)
+    results = pred.in_placement_group(placement_group).predict(job, cat, rows)
     for r in results:
         for w in r.warnings:
             _warn(f"{r.config}: {w}")

@@ -164,6 +164,7 @@ class RunSetup:
     ami: str | None
     zones: list[str]
     bundle: ProjectBundle | None  # None with --collectives (srifty's own benchmark)
+    placement_group: str | None = None  # the run's cluster placement group (--placement-group)
 
 
 class InstanceRegistry:
@@ -414,8 +415,9 @@ class Ec2Backend(ProfilingBackend):
                               "List candidates with `srifty catalog list --gpu T4`.")
         if request.nodes < 1:
             raise SriftyError(f"--nodes must be at least 1 (got {request.nodes}).")
-        if request.collectives and request.nodes > 1:
-            raise SriftyError("--collectives on EC2 runs on one node only.", "Drop --nodes, or profile a script instead.")
+        if request.collectives and request.nodes > 1 and request.world_sizes and len(request.world_sizes) > 1:
+            raise SriftyError("--collectives across --nodes runs one world size: every node runs the same workers.",
+                              "Give one --world-sizes figure (workers per node), or none for every GPU of the node.")
         if request.max_cost is not None and request.max_cost <= 0:
             raise SriftyError(f"--max-cost is in US dollars and must be positive (got {request.max_cost}).")
         if request.time_cap is not None and request.time_cap <= 0:
@@ -487,7 +489,9 @@ class Ec2Backend(ProfilingBackend):
             "MaxCount": request.nodes,
             "UserData": user_data,
             "InstanceInitiatedShutdownBehavior": "terminate",
-            "Placement": {"AvailabilityZone": setup.zones[0] if setup.zones else "<first zone of DescribeAvailabilityZones>"},
+            "Placement": {"AvailabilityZone": setup.zones[0] if setup.zones else "<first zone of DescribeAvailabilityZones>",
+                          **({"GroupName": setup.placement_group or placement_group_name(run_id)}
+                             if request.placement_group else {})},
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
             "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         }
@@ -836,7 +840,7 @@ class Ec2Backend(ProfilingBackend):
             if self._stop.is_set():
                 raise KeyboardInterrupt
             try:
-                resp = self.ec2.run_instances(**{**req, "Placement": {"AvailabilityZone": zone}})
+                resp = self.ec2.run_instances(**{**req, "Placement": {**req.get("Placement", {}), "AvailabilityZone": zone}})
             except ClientError as exc:
                 if _client_error_code(exc) in CAPACITY_ERRORS:
                     tried.append(zone)
@@ -1078,7 +1082,8 @@ class Ec2Backend(ProfilingBackend):
         zones = self.zones()
         if not zones:
             raise SriftyError(f"No available zones in {self._region}.", "Check --region.")
-        setup = RunSetup(run_id, self.ensure_bucket(request), ami, zones, bundle)
+        setup = RunSetup(run_id, self.ensure_bucket(request), ami, zones, bundle,
+                         self.create_placement_group(run_id) if request.placement_group else None)
         self.upload_inputs(request, setup, self.type_plan(request, request.instance_types[0], setup, 1, request.spot).keys)
         self.log(f"srifty run {run_id}: {', '.join(request.instance_types)} in {self._region}; "
                  f"inputs at {setup.loc.uri('runs', run_id)}; `srifty ec2 cleanup --run-id {run_id}` removes leftovers")
@@ -1132,6 +1137,7 @@ class Ec2Backend(ProfilingBackend):
                 self._wait_threads(futures, setup, latch)
                 pool.shutdown(wait=True)  # the threads have returned: nothing left for exit to join
                 self._terminate_left(setup)
+                self._delete_placement_group(setup)
                 break
             except KeyboardInterrupt as exc:
                 held = held or exc
@@ -1151,6 +1157,31 @@ class Ec2Backend(ProfilingBackend):
                 self.log(f"Still stopping run {setup.run_id}: waiting for {len(pending)} instance type(s) to stop, "
                          "then terminating every instance launched. To abandon that, kill srifty (Ctrl-\\) and run "
                          f"`srifty ec2 cleanup --run-id {setup.run_id} --region {self._region}`.")
+
+    def create_placement_group(self, run_id: str) -> str:
+        """The run's cluster placement group (tagged as srifty's, so `srifty ec2 cleanup` finds it)."""
+        name = placement_group_name(run_id)
+        self.ec2.create_placement_group(GroupName=name, Strategy="cluster", TagSpecifications=[{
+            "ResourceType": "placement-group",
+            "Tags": [{"Key": TAG_MANAGED, "Value": "true"}, {"Key": TAG_RUN_ID, "Value": run_id}]}])
+        self.log(f"created cluster placement group {name}")
+        return name
+
+    def _delete_placement_group(self, setup: RunSetup) -> None:
+        """Delete the run's placement group once its instances are gone (a group holding instances
+        cannot be deleted). A group left behind costs nothing; `srifty ec2 cleanup` removes it."""
+        if not setup.placement_group:
+            return
+        try:
+            launched = self.registry.launched
+            if launched:
+                self.ec2.get_waiter("instance_terminated").wait(
+                    InstanceIds=launched, WaiterConfig={"Delay": max(self.poll_interval, 0.05), "MaxAttempts": 120})
+            self.ec2.delete_placement_group(GroupName=setup.placement_group)
+            self.log(f"deleted placement group {setup.placement_group}")
+        except Exception as exc:  # noqa: BLE001 - the instances are terminated; the group is free
+            self.log(f"could not delete placement group {setup.placement_group} ({exc}); "
+                     f"`srifty ec2 cleanup --run-id {setup.run_id}` removes it")
 
     def _terminate_left(self, setup: RunSetup) -> None:
         left = self.registry.alive()
@@ -1184,6 +1215,19 @@ def source_tarball() -> bytes:
         if (root / "README.md").is_file():
             tar.add(str(root / "README.md"), arcname="README.md")
     return buf.getvalue()
+
+
+def placement_group_name(run_id: str) -> str:
+    return f"srifty-{run_id}"
+
+
+def find_placement_groups(ec2: Any, run_id: str | None = None) -> list[str]:
+    """Names of the cluster placement groups srifty created (optionally for one run)."""
+    filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}]
+    if run_id:
+        filters.append({"Name": f"tag:{TAG_RUN_ID}", "Values": [run_id]})
+    groups = ec2.describe_placement_groups(Filters=filters).get("PlacementGroups", [])
+    return sorted(g["GroupName"] for g in groups if g.get("State", "available") != "deleted")
 
 
 def find_leftovers(ec2: Any, run_id: str | None = None) -> list[dict[str, Any]]:

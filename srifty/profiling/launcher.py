@@ -96,6 +96,7 @@ class ProfileRequest:
     instance_types: list[str] = field(default_factory=list)
     spot: bool = False
     nodes: int = 1
+    placement_group: bool = False  # EC2: the nodes in a cluster placement group of the run
     region: str | None = None
     max_cost: float | None = None
     s3_uri: str | None = None
