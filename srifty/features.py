@@ -212,6 +212,7 @@ class JobProfile:
     forward_flops_per_sample: float | None = None  # counted by the profiler (torch.utils.flop_counter)
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
     script: str | None = None  # the training script the profiles ran (as recorded)
+    script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's time loading a batch, per sample, where operators were counted
 
     @property
@@ -327,7 +328,8 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             if job.operators is not None:
                 loading = float((((doc.get("summary") or {}).get("input_ms")) or {}).get("median") or 0.0)
                 job.host_input_ms_per_sample = loading / job.operators.batch_size
-        job.script = job.script or j.get("script")
+        if not job.script and j.get("script"):
+            job.script, job.script_args = j["script"], tuple(j.get("args") or ())
         job.sources.append(p.path or "(profile)")
         cl = doc["cluster"]
         itype = cl["instance_types"][0]

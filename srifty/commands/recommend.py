@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,6 +13,7 @@ import click
 from srifty.commands import params
 from srifty.errors import SriftyError
 from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering, save_figure
+from srifty.plan import make_plan, write_plan
 
 EPILOG = """\b
 Examples:
@@ -21,6 +23,8 @@ Examples:
   srifty recommend --profile P --epochs 90 --dataset-size 1281167 --total-budget 500 --no-spot
   srifty recommend --profile P --instance-types 'g5.*,g6.*' --max-nodes 8 --pareto --plot front.png
   srifty recommend --profile profiles/emulated/cnn_resnet --catalog configs/emulated.yaml --json
+  srifty recommend --profile P --budget 20 --plan plan/            # torchrun per node, sky.yaml, README
+  srifty recommend --profile P --budget 20 --top 5 --rank 3 --plan plan3/
 
 \b
 Figures: `source` says measured (the profile has this exact run), predicted (latency
@@ -152,13 +156,17 @@ def plot_front(result: Any, path: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV of the ranked rows (and the front with --pareto) on stdout.")
 @click.option("--plot", metavar="FILE.png", help="Draw the Pareto front, the constraints and the chosen point.")
+@click.option("--plan", "plan_dir", metavar="DIR", help="Write what starts the chosen configuration into DIR: a torchrun "
+              "script per node, a SkyPilot task (one type), and a README with the prediction to compare against.")
+@click.option("--rank", type=params.whole(),
+              default=1, show_default=True, help="With --plan: the ranked row to plan (1 = the chosen one).")
 def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: str | None, budget: float | None,
               total_budget: float | None, min_throughput: float | None, deadline: float | None,
               samples: float | None, epochs: float | None, dataset_size: float | None, objective: str | None,
               max_nodes: int, max_types: int, heterogeneous: bool, spot: bool, max_interruption: float | None,
               checkpoint_interval: float, restart_overhead: float, region: str | None, instance_types: str | None,
               global_batch_size: int | None, local_batch: int | None, top: int, show_pareto: bool, as_json: bool,
-              as_csv: bool, plot: str | None, placement_group: bool) -> None:
+              as_csv: bool, plot: str | None, placement_group: bool, plan_dir: str | None, rank: int) -> None:
     """Recommend cluster configurations that meet a budget, throughput or deadline, ranked."""
     t0 = time.perf_counter()
     from srifty import solver
@@ -171,11 +179,22 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         raise SriftyError("Choose one of --json and --csv.")
     if plot:
         check_plot_format(plot)
-        refuse_clobbering([Output(plot, "--plot")], [*(Input(p, "--profile") for p in profiles),
-                                                    Input(catalog_path or "", "--catalog"),
-                                                    Input("" if model_path == "simulator" else model_path or "",
-                                                          "--model")])
+    if plot or plan_dir:
+        refuse_clobbering([Output(plot or "", "--plot"), Output(plan_dir or "", "--plan")],
+                          [*(Input(p, "--profile") for p in profiles), Input(catalog_path or "", "--catalog"),
+                           Input("" if model_path == "simulator" else model_path or "", "--model")])
+    if plot:
         check_writable(Output(plot, "--plot"))
+    if plan_dir and Path(plan_dir).exists() and not Path(plan_dir).is_dir():
+        raise SriftyError(f"--plan {plan_dir} is a file; a plan is a directory of files.",
+                          "Give --plan a new or existing directory.")
+    holding = [p for p in profiles if plan_dir and Path(p).resolve().is_relative_to(Path(plan_dir).resolve())]
+    if holding:
+        raise SriftyError(f"--plan {plan_dir} holds the profile {holding[0]}: the plan's files would mix with the "
+                          "profiles read from there. Nothing was written.", "Give --plan a directory of its own.")
+    if rank > top:
+        raise SriftyError(f"--rank {rank} asks for a row the ranking does not show (--top {top}).",
+                          f"Raise --top to {rank} or more.")
     if epochs is not None or dataset_size is not None:
         if epochs is None or dataset_size is None:
             raise SriftyError("--epochs and --dataset-size go together.", "Give both, or give --samples instead.")
@@ -211,10 +230,19 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     if plot:
         plot_front(result, plot)
     advice = solver.measurement_advice(result, job, cat)
+    written = None
+    if plan_dir:
+        if rank > len(result.recommendations):
+            raise SriftyError(f"--rank {rank}: only {len(result.recommendations)} configurations meet the constraints.",
+                              f"Give --rank {len(result.recommendations)} or less.")
+        plan = make_plan(job.model, job.script, job.script_args, result.recommendations[rank - 1], rank,
+                         region or cat.default_region, cat)
+        written = write_plan(plan, plan_dir)
     total = time.perf_counter() - t0
     if as_json:
         doc = result.to_dict()
         doc["measure_next"] = advice.to_dict() if advice else None
+        doc["plan"] = {"dir": plan_dir, "rank": rank, "files": [str(p) for p in written]} if written else None
         doc["model"] = model_file or "simulator"
         doc["profile"] = {"model": job.model, "instance_types": job.instance_types}
         click.echo(json.dumps(doc, indent=2))
@@ -241,6 +269,9 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         say(f"note: {n}")
     if advice:
         say(f"measure: {advice.sentence()}")
+    if written:
+        say(f"plan for #{rank} ({result.recommendations[rank - 1].config}) written to {plan_dir}: "
+            + ", ".join(p.name for p in written))
     say(f"solved in {result.solve_seconds:.2f} s (latency model {result.model_seconds:.2f} s over "
         f"{result.model_rows:,} distinct rows); {total:.2f} s in this command"
         + (f"; plot written to {plot}" if plot else ""))

@@ -1,0 +1,208 @@
+"""What starts a recommended configuration: a plan directory (``srifty recommend --plan DIR``).
+
+For each node, a shell script that runs the training script under ``torchrun`` with the node's
+rank, the cluster's size, a c10d rendezvous on the first node, and the node's per-worker batch in
+``SRIFTY_BATCH_SIZE`` (a mix of types trains at a different batch on each type: the script should
+read it with ``srifty.local_batch_size`` and weight its gradients with
+``srifty.weight_gradients_by_batch``, docs/training.md). For a configuration of one type, also a
+SkyPilot task (``sky launch sky.yaml``). A README says what srifty predicted, to compare with what
+the job measures once it runs, and ``plan.json`` holds the same for scripts.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from srifty import __version__
+from srifty.configspec import ClusterConfig, parse_config
+from srifty.errors import SriftyError
+from srifty.outputs import atomic_write_text
+
+RDZV_PORT = 29400
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    rank: int
+    instance_type: str
+    workers: int
+    local_batch_size: int
+    spot: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One ranked configuration of ``srifty recommend``, made concrete."""
+
+    model: str
+    script: str
+    script_args: tuple[str, ...]
+    config: str
+    rank_in_ranking: int
+    nodes: tuple[PlannedNode, ...]
+    region: str | None
+    prediction: dict[str, Any]  # the recommendation row (srifty.solver.Recommendation.to_dict)
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.workers for n in self.nodes)
+
+    @property
+    def homogeneous(self) -> bool:
+        first = self.nodes[0]
+        return all((n.instance_type, n.workers, n.spot) == (first.instance_type, first.workers, first.spot)
+                   for n in self.nodes)
+
+    def torchrun(self, node: PlannedNode) -> list[str]:
+        """The node's torchrun command line (the master's address is ``$MASTER_ADDR``)."""
+        return ["torchrun", "--nnodes", str(len(self.nodes)), "--node-rank", str(node.rank),
+                "--nproc-per-node", str(node.workers), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"$MASTER_ADDR:{RDZV_PORT}", "--rdzv-id", self.rdzv_id,
+                self.script, *self.script_args]
+
+    @property
+    def rdzv_id(self) -> str:
+        return f"srifty-{self.model}"
+
+    def node_script(self, node: PlannedNode) -> str:
+        cmd = " ".join(a if a.startswith("$MASTER_ADDR") else shlex.quote(a) for a in self.torchrun(node))
+        cmd = cmd.replace("$MASTER_ADDR", '"$MASTER_ADDR"', 1)
+        return "\n".join([
+            "#!/usr/bin/env bash",
+            f"# node {node.rank} of {len(self.nodes)} for {self.config} ({node.instance_type}"
+            f"{', spot' if node.spot else ''}): {node.workers} worker(s), per-worker batch {node.local_batch_size}.",
+            "# Run it on that node from the project's directory, every node with the same MASTER_ADDR (node 0's",
+            "# private IP; 127.0.0.1 for one node); extra arguments go to the training script.",
+            "set -euo pipefail",
+            ': "${MASTER_ADDR:?set MASTER_ADDR to the private IP of node 0}"',
+            f"export SRIFTY_BATCH_SIZE={node.local_batch_size}",
+            f'exec {cmd} "$@"',
+            "",
+        ])
+
+    def skypilot_yaml(self) -> str:
+        """A SkyPilot task for a configuration of one type (``sky launch sky.yaml``)."""
+        import yaml
+
+        node = self.nodes[0]
+        resources: dict[str, Any] = {"cloud": "aws", "instance_type": node.instance_type, "use_spot": node.spot}
+        if self.region:
+            resources["region"] = self.region
+        run = "\n".join([
+            'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+            " ".join(["torchrun", "--nnodes", "$SKYPILOT_NUM_NODES", "--node-rank", "$SKYPILOT_NODE_RANK",
+                      "--nproc-per-node", str(node.workers), "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", f"$MASTER_ADDR:{RDZV_PORT}", "--rdzv-id", self.rdzv_id,
+                      shlex.quote(self.script), *map(shlex.quote, self.script_args)]),
+            "",
+        ])
+        task = {"name": f"srifty-{self.model}", "resources": resources, "num_nodes": len(self.nodes),
+                "workdir": ".", "envs": {"SRIFTY_BATCH_SIZE": str(node.local_batch_size)}, "run": run}
+
+        class Dumper(yaml.SafeDumper):
+            pass
+
+        def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:  # the run script as a block
+            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+        Dumper.add_representer(str, text)
+        return yaml.dump(task, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+    def readme(self) -> str:
+        p = self.prediction
+        lo, hi = p["interval_ms"]
+        lines = [
+            f"# Plan: {self.config} for {self.model}",
+            "",
+            f"Written by `srifty recommend --plan` (srifty {__version__}): row {self.rank_in_ranking} of its ranking.",
+            "",
+            "## What srifty predicted",
+            "",
+            "| figure | predicted |",
+            "|---|---|",
+            f"| iteration | {p['iteration_ms']:.1f} ms (5-95% interval {lo:.1f}-{hi:.1f} ms) |",
+            f"| throughput | {p['throughput_samples_per_s']:,.1f} samples/s"
+            + (f" ({p['raw_throughput_samples_per_s']:,.1f} without spot interruptions)"
+               if p.get("raw_throughput_samples_per_s") and p["raw_throughput_samples_per_s"] != p[
+                   "throughput_samples_per_s"] else "") + " |",
+            f"| cost | ${p['usd_per_hour']:.2f}/h, ${p['usd_per_million_samples']:.3f} per million samples |",
+            f"| where the figure comes from | {p['source']} |",
+            f"| global batch | {p['global_batch']:g} ({self.world_size} workers) |",
+            "",
+            "Once it runs, compare the job's own iteration time with the interval: the training script "
+            "profiled under `srifty profile --backend ec2` on this configuration gives a measured figure.",
+            "",
+            "## Starting it",
+            "",
+            "| node | instance type | market | workers | per-worker batch | script |",
+            "|---:|---|---|---:|---:|---|",
+        ]
+        for n in self.nodes:
+            lines.append(f"| {n.rank} | {n.instance_type} | {'spot' if n.spot else 'on-demand'} | {n.workers} | "
+                         f"{n.local_batch_size} | `{node_file(n)}` |")
+        lines += [
+            "",
+            "On each node, from the project's directory: `MASTER_ADDR=<node 0's private IP> bash "
+            "<its script>` (extra arguments go to the training script). The nodes must reach node 0 on TCP "
+            f"port {RDZV_PORT} (the default VPC's default security group allows traffic between its members).",
+        ]
+        if self.homogeneous:
+            lines += ["", "With SkyPilot: `sky launch -c srifty sky.yaml` from the project's directory starts "
+                          "every node and runs the same command (add a `setup:` section that installs the "
+                          "script's requirements if the image lacks them)."]
+        else:
+            lines += ["", "The types train at different per-worker batches (`SRIFTY_BATCH_SIZE`): plain DDP would "
+                          "then weigh the samples on small-batch workers more. Read the batch with "
+                          "`srifty.local_batch_size(...)` and register `srifty.weight_gradients_by_batch(model, "
+                          "batch)` (docs/training.md) so the gradient is the whole global batch's. SkyPilot "
+                          "starts one instance type per task, so this plan has no sky.yaml."]
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "srifty_version": __version__, "model": self.model, "script": self.script,
+                "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
+                "region": self.region, "nodes": [asdict(n) for n in self.nodes], "prediction": self.prediction}
+
+
+def node_file(node: PlannedNode) -> str:
+    return f"node-{node.rank:02d}-{node.instance_type}.sh"
+
+
+def make_plan(model: str, script: str | None, script_args: Sequence[str], row: Any, rank: int,
+              region: str | None, catalog: Any) -> Plan:
+    """The plan of one ranked row (srifty.solver.Recommendation) of a job's ``script``."""
+    if not script:
+        raise SriftyError(f"The profile of {model} does not name its training script, so a plan cannot start it.",
+                          "Give a profile recorded by `srifty profile` (imported traces name no script).")
+    config: ClusterConfig = parse_config(row.config).resolved(catalog)
+    nodes, rank_no = [], 0
+    for g in config.groups:
+        workers = g.workers_per_node or catalog.get(g.instance_type).workers_per_node
+        batch = row.batch_split.get(g.instance_type)
+        if batch is None:
+            raise SriftyError(f"The ranked row {row.config} has no batch for {g.instance_type}.")
+        for _ in range(g.count):
+            nodes.append(PlannedNode(rank_no, g.instance_type, int(workers), max(1, int(round(batch))), g.spot))
+            rank_no += 1
+    return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict())
+
+
+def write_plan(plan: Plan, directory: str | Path) -> list[Path]:
+    """Write the plan's files into ``directory`` (created; files already there are replaced)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for n in plan.nodes:
+        path = out / node_file(n)
+        atomic_write_text(path, plan.node_script(n))
+        path.chmod(0o755)
+        written.append(path)
+    if plan.homogeneous:
+        atomic_write_text(out / "sky.yaml", plan.skypilot_yaml())
+        written.append(out / "sky.yaml")
+    atomic_write_text(out / "README.md", plan.readme())
+    atomic_write_text(out / "plan.json", json.dumps(plan.to_dict(), indent=1) + "\n")
+    return written + [out / "README.md", out / "plan.json"]

@@ -1,0 +1,107 @@
+"""`srifty recommend --plan DIR`: what starts a ranked configuration (srifty/plan.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from srifty.catalog import Catalog
+from srifty.plan import make_plan, node_file, write_plan
+from srifty.solver import Recommendation
+
+from conftest import EXAMPLES, PROFILES, ROOT, run_srifty
+
+CNN = PROFILES / "local" / "cnn_resnet.json"
+
+
+def _row(config: str, split: dict[str, float], nodes: int, gpus: int) -> Recommendation:
+    return Recommendation(config=config, market="on-demand", gpus=gpus, nodes=nodes, batch_split=split,
+                          global_batch=sum(split.values()), iteration_ms=100.0, interval_ms=(80.0, 150.0),
+                          throughput_samples_per_s=1000.0, raw_throughput_samples_per_s=1000.0, usd_per_hour=3.0,
+                          usd_per_million_samples=0.8, interruptions_per_hour=0.0, source="transferred", mixed=False)
+
+
+def test_recommend_writes_a_plan_of_the_chosen_row(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    res = run_srifty("recommend", "--profile", str(CNN), "--budget", "12", "--top", "3", "--plan", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    chosen = doc["recommendations"][0]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["config"] == chosen["config"] and plan["rank"] == 1 and plan["prediction"] == chosen
+    assert sorted(doc["plan"]["files"]) == sorted(str(p) for p in out.iterdir())
+    cat = Catalog.default()
+    nodes = plan["nodes"]
+    assert len(nodes) == chosen["nodes"] and sum(n["workers"] for n in nodes) == chosen["gpus"]
+    for n in nodes:
+        script = (out / node_file_of(n)).read_text()
+        assert f"--nnodes {len(nodes)} --node-rank {n['rank']} --nproc-per-node {n['workers']}" in script
+        assert f"export SRIFTY_BATCH_SIZE={round(chosen['batch_split'][n['instance_type']])}" in script
+        assert "examples/cnn_resnet.py" in script and os.access(out / node_file_of(n), os.X_OK)
+        assert n["workers"] <= cat.get(n["instance_type"]).workers_per_node
+    # one type: a SkyPilot task with the same shape
+    task = yaml.safe_load((out / "sky.yaml").read_text())
+    assert task["resources"]["instance_type"] == nodes[0]["instance_type"]
+    assert task["resources"]["use_spot"] == ("@spot" in chosen["config"])
+    assert task["num_nodes"] == len(nodes) and task["envs"]["SRIFTY_BATCH_SIZE"] == str(nodes[0]["local_batch_size"])
+    assert f"--nproc-per-node {nodes[0]['workers']}" in task["run"] and "$SKYPILOT_NODE_RANK" in task["run"]
+    readme = (out / "README.md").read_text()
+    assert f"{chosen['iteration_ms']:.1f} ms (5-95% interval {chosen['interval_ms'][0]:.1f}" in readme
+
+
+def node_file_of(n: dict) -> str:
+    return f"node-{n['rank']:02d}-{n['instance_type']}.sh"
+
+
+def test_a_mix_gets_a_batch_per_type_and_no_skypilot_task(tmp_path: Path) -> None:
+    cat = Catalog.default()
+    row = _row("2xg5.xlarge+1xg4dn.12xlarge:2", {"g5.xlarge": 40.0, "g4dn.12xlarge": 24.4}, nodes=3, gpus=4)
+    plan = make_plan("cnn_resnet", "examples/cnn_resnet.py", ["--lr", "0.1"], row, 2, "us-west-2", cat)
+    written = write_plan(plan, tmp_path)
+    assert [(n.rank, n.instance_type, n.workers, n.local_batch_size) for n in plan.nodes] == \
+        [(0, "g5.xlarge", 1, 40), (1, "g5.xlarge", 1, 40), (2, "g4dn.12xlarge", 2, 24)]
+    assert not (tmp_path / "sky.yaml").exists() and {p.name for p in written} >= {"README.md", "plan.json"}
+    last = (tmp_path / node_file(plan.nodes[2])).read_text()
+    assert "SRIFTY_BATCH_SIZE=24" in last and "--nproc-per-node 2" in last and "--lr 0.1" in last
+    assert "weight_gradients_by_batch" in (tmp_path / "README.md").read_text()
+
+
+def test_a_profile_without_a_script_cannot_be_planned() -> None:
+    from srifty.errors import SriftyError
+
+    with pytest.raises(SriftyError, match="does not name its training script"):
+        make_plan("imagenet", None, [], _row("1xg5.xlarge", {"g5.xlarge": 32}, 1, 1), 1, None, Catalog.default())
+
+
+def test_rank_and_plan_are_checked_before_any_work(tmp_path: Path) -> None:
+    res = run_srifty("recommend", "--profile", str(CNN), "--budget", "12", "--top", "3", "--rank", "4",
+                     "--plan", str(tmp_path / "p"))
+    assert res.returncode != 0 and "--rank 4" in res.stderr and "Raise --top" in res.stderr
+    (tmp_path / "file").write_text("x")
+    res = run_srifty("recommend", "--profile", str(CNN), "--budget", "12", "--plan", str(tmp_path / "file"))
+    assert res.returncode != 0 and "is a file" in res.stderr
+    res = run_srifty("recommend", "--profile", str(CNN), "--budget", "12", "--plan", str(PROFILES / "local"))
+    assert res.returncode != 0 and "holds the profile" in res.stderr and not (PROFILES / "local" / "plan.json").exists()
+    inside = PROFILES / "pollux" / "imagenet" / "plan"
+    res = run_srifty("recommend", "--profile", str(PROFILES / "pollux" / "imagenet"), "--budget", "12", "--plan",
+                     str(inside))
+    assert res.returncode != 0 and "Nothing was written" in res.stderr and not inside.exists()
+
+
+@pytest.mark.slow
+def test_a_one_node_plan_runs_its_training_script(tmp_path: Path) -> None:
+    """The node script, run as written (torchrun, c10d rendezvous on MASTER_ADDR, the node's batch
+    in SRIFTY_BATCH_SIZE), trains the example for a few steps on this machine's CPU."""
+    row = _row("1xg4dn.xlarge", {"g4dn.xlarge": 8.0}, nodes=1, gpus=1)
+    plan = make_plan("cnn_resnet", "examples/cnn_resnet.py", [], row, 1, None, Catalog.default())
+    write_plan(plan, tmp_path)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    res = subprocess.run(["bash", str(tmp_path / node_file(plan.nodes[0])), "--steps", "3"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (EXAMPLES / "cnn_resnet.py").exists()
