@@ -39,6 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from srifty.capacity import CapacityLimit
 from srifty.catalog import Catalog, Market
 from srifty.configspec import MAX_SEARCH_NODES
 from srifty.errors import SriftyError
@@ -95,6 +96,7 @@ class Constraints:
     global_batch_size: int | None = None
     local_batch_size: int | None = None  # per-worker batch when no global batch is given
     placement_group: bool = False  # nodes in a cluster placement group (the predictor's network; reported)
+    capacity: tuple["CapacityLimit", ...] = ()  # node and quota limits (srifty.capacity)
 
     def validate(self) -> None:
         for name in ("budget_per_hour", "total_budget", "min_throughput", "deadline_hours", "samples"):
@@ -508,7 +510,8 @@ class Result:
             "schema": 1,
             "objective": self.objective.value,
             "objective_reason": self.objective_reason,
-            "constraints": {k: v for k, v in asdict(self.constraints).items() if v is not None},
+            "constraints": {k: ([lim["what"] for lim in v] if k == "capacity" else v)
+                            for k, v in asdict(self.constraints).items() if v is not None and v != ()},
             "candidates_evaluated": self.candidates_evaluated,
             "feasible": self.feasible,
             "model_rows": self.model_rows,
@@ -698,13 +701,16 @@ def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
     return weak & (~weak.T | (idx[:, None] < idx[None, :])) & (idx[:, None] != idx[None, :])
 
 
-def _prune(offers: Offers, tab: _OfferTable, mixing: bool) -> "np.ndarray":
+def _prune(offers: Offers, tab: _OfferTable, mixing: bool, limited: "np.ndarray | None" = None) -> "np.ndarray":
     """Keep-mask over offers. An offer is dropped when dominated (see :func:`dominance`) and, if mixes
     are composed, when its dominators can replace it next to any partner: some dominator is of its own
-    type (other market), or they span two types (a partner can share the type of at most one)."""
+    type (other market), or they span two types (a partner can share the type of at most one). An
+    offer under a capacity limit (``limited``) stands in for no other: it may not have the nodes."""
     import numpy as np
 
     D = dominance(offers, tab)
+    if limited is not None:
+        D[limited, :] = False
     types = np.array(offers.instance_type, dtype=object)
     keep = tab.valid.copy()
     for i in np.nonzero(tab.valid)[0]:
@@ -756,7 +762,10 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     mixing = bool(c.heterogeneous and c.max_types >= 2 and N >= 2)
 
     tab = _offer_table(offers, grid, N)
-    keep = _prune(offers, tab, mixing) if prune else tab.valid.copy()
+    units, limits = _capacity_units(offers, c.capacity)
+    cap_nodes = np.min(np.where(units > 0, np.floor(limits[:, None] / np.where(units > 0, units, 1.0) + 1e-9), np.inf),
+                       axis=0) if len(limits) else np.full(len(offers.instance_type), np.inf)
+    keep = _prune(offers, tab, mixing, limited=cap_nodes < N) if prune else tab.valid.copy()
     keep_i = np.nonzero(keep)[0]
     pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(tab.valid & ~keep)[0]]
     nodes_axis = np.arange(1, N + 1)
@@ -782,6 +791,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     n_cand = int(sum(sizes))
     thr = np.empty(n_cand); raw = np.empty(n_cand); price = np.empty(n_cand); rate = np.empty(n_cand)
     spot = np.empty(n_cand, bool)
+    within = np.ones(n_cand, bool) if len(limits) else None  # inside every capacity limit
     g_thr = grid["throughput"].to_numpy(dtype=float); g_n = grid["nodes"].to_numpy()
     is_spot = np.array([m is Market.SPOT for m in offers.market])
 
@@ -798,6 +808,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             price[sl] = offers.price[i] * n
             rate[sl] = offers.rate[i] * n
             spot[sl] = is_spot[i]
+            if within is not None:
+                within[sl] = n <= cap_nodes[i]
             _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)
             continue
         a, Bs = blk[1], blk[2]
@@ -822,6 +834,10 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         np.multiply(offers.price[Bs][:, None], fB, out=r_price); r_price += offers.price[a] * fA
         np.multiply(offers.rate[Bs][:, None], fB, out=r_rate); r_rate += offers.rate[a] * fA
         spot[sl].reshape(shp)[:] = is_spot[Bs][:, None] | is_spot[a]
+        if within is not None:
+            w = within[sl].reshape(shp)
+            for g in range(len(limits)):
+                w &= (units[g, Bs][:, None] * fB + units[g, a] * fA) <= limits[g] + 1e-9
         _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)  # while the block is still in cache
 
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -843,6 +859,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         masks["spot"] = ~spot
     if c.max_interruption is not None:
         masks["max_interruption"] = rate <= c.max_interruption + 1e-12
+    if within is not None:
+        masks["capacity"] = within
     ok = masks["usable"].copy()
     for k, m in masks.items():
         if k != "usable":
@@ -891,6 +909,26 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
     return Result(obj, reason, c, n_cand, len(grid), pruned, time.perf_counter() - t_start, model_s, recs, pareto,
                   int(len(feasible_idx)), notes)
+
+
+def exceeded_limits(config: str, limits: Sequence["CapacityLimit"]) -> list[str]:
+    """The limits a configuration (as ``format_config`` writes it) goes beyond."""
+    from srifty.configspec import parse_config
+
+    groups = parse_config(config).groups
+    return [lim.what for lim in limits
+            if sum(g.count * lim.units.get(g.instance_type, 0.0) for g in groups
+                   if (Market.SPOT if g.spot else Market.ON_DEMAND) is lim.market) > lim.limit + 1e-9]
+
+
+def _capacity_units(offers: Offers, limits: Sequence["CapacityLimit"]) -> tuple["np.ndarray", "np.ndarray"]:
+    """(units[g, offer], limit[g]): what one node of each offer counts against each limit (0 where
+    it does not), and the limits."""
+    import numpy as np
+
+    units = np.array([[lim.units.get(t, 0.0) if m is lim.market else 0.0
+                       for t, m in zip(offers.instance_type, offers.market)] for lim in limits], dtype=float)
+    return units.reshape(len(limits), len(offers.instance_type)), np.array([lim.limit for lim in limits], dtype=float)
 
 
 def _pareto(thr: "np.ndarray", price: "np.ndarray") -> "np.ndarray":
@@ -1009,7 +1047,8 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
 
 
 FLAG = {"budget": "--budget", "total_budget": "--total-budget", "min_throughput": "--min-throughput",
-        "deadline": "--deadline", "spot": "--no-spot", "max_interruption": "--max-interruption"}
+        "deadline": "--deadline", "spot": "--no-spot", "max_interruption": "--max-interruption",
+        "capacity": "--available/--quotas"}
 
 
 def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
@@ -1064,6 +1103,12 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
             j = pick(idx, price, -thr, rate)
             lines.append(f"--no-spot rules everything out: with spot, {config_of(j)} meets every other constraint at "
                          f"${price[j]:.2f}/h; allow --spot")
+        elif k == "capacity":
+            j = pick(idx, price, -thr, rate)
+            over = exceeded_limits(config_of(j), c.capacity)
+            lines.append(f"the capacity limits rule everything out: {config_of(j)} meets every other constraint at "
+                         f"${price[j]:.2f}/h but exceeds {'; '.join(over) or 'them'}; give a larger --available "
+                         "count or ask AWS for a higher quota")
         elif k == "max_interruption":
             j = pick(idx, rate, -thr, price)
             lines.append(f"--max-interruption {c.max_interruption:g}/h rules everything out: the least risky "

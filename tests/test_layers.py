@@ -14,7 +14,7 @@ PACKAGE = ROOT / "srifty"
 LAYERS: dict[str, int] = {
     "srifty.errors": 0, "srifty.stats": 0, "srifty.hostinfo": 0, "srifty.outputs": 0, "srifty.safe_skops": 0,
     "srifty.simulate": 0,
-    "srifty.opmodel": 1,
+    "srifty.opmodel": 1, "srifty.capacity": 1,
     "srifty.configspec": 1, "srifty.catalog": 1, "srifty.profile": 1, "srifty.importer": 1,
     "srifty.profiling": 2, "srifty.cluster": 2, "srifty.training": 2,
     "srifty.features": 3, "srifty.gpuspeed": 3,

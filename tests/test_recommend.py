@@ -286,14 +286,26 @@ def small_catalogs(draw):
        budget=st.one_of(st.none(), st.floats(1.0, 30.0)), minthr=st.one_of(st.none(), st.floats(1.0, 60.0)),
        spot=st.booleans(), maxint=st.one_of(st.none(), st.floats(0.0, 0.5)), hetero=st.booleans(),
        gbs=st.one_of(st.none(), st.sampled_from([64, 256])),
-       objective=st.sampled_from([None, *solver.Objective]))
-def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr, spot, maxint, hetero, gbs, objective):
+       objective=st.sampled_from([None, *solver.Objective]),
+       limits=st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.integers(0, 6), st.booleans()), max_size=2))
+def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr, spot, maxint, hetero, gbs, objective,
+                                          limits):
+    """Pruning dominated offers never changes the answer, with capacity limits too: a limit on one
+    type's nodes, or one shared by two types with unequal weights (as a vCPU quota is)."""
+    from srifty.capacity import CapacityLimit
+    from srifty.catalog import Market
+
     cat, oracle = cat_oracle
+    names = sorted(set(cat.df["instance_type"]))
+    capacity = tuple(CapacityLimit(f"limit {k}", Market.SPOT if on_spot else Market.ON_DEMAND, float(n),
+                                   {names[i % len(names)]: 2.0, names[(i + 1) % len(names)]: 3.0} if shared
+                                   else {names[i % len(names)]: 1.0})
+                     for k, (i, on_spot, n, shared) in enumerate(limits))
 
     def go(prune):
         c = solver.Constraints(budget_per_hour=budget, min_throughput=minthr, spot=spot, max_interruption=maxint,
                                max_nodes=max_nodes, heterogeneous=hetero, global_batch_size=gbs,
-                               samples=1e6 if objective is solver.Objective.COST else None)
+                               samples=1e6 if objective is solver.Objective.COST else None, capacity=capacity)
         try:
             return solver.solve(oracle, cat, c, objective, top=3, pareto_limit=10**6, prune=prune)
         except solver.InfeasibleError as e:
@@ -362,3 +374,85 @@ def test_placement_group_reaches_the_predictions_and_the_report() -> None:
     # one node has no network between nodes; more nodes run faster in a placement group
     assert grouped["1xg5.12xlarge"]["iteration_ms"] == plain["1xg5.12xlarge"]["iteration_ms"]
     assert grouped["4xg5.12xlarge"]["iteration_ms"] < plain["4xg5.12xlarge"]["iteration_ms"]
+
+
+def _counts(config: str) -> dict[tuple[str, bool], int]:
+    out: dict[tuple[str, bool], int] = {}
+    for g in parse_config(config).groups:
+        out[(g.instance_type, g.spot)] = out.get((g.instance_type, g.spot), 0) + g.count
+    return out
+
+
+def test_available_nodes_bind_every_ranked_row_and_a_mix_fills_in() -> None:
+    base = ["recommend", "--profile", str(ROOT / "profiles" / "local" / "cnn_resnet.json"), "--budget", "12",
+            "--top", "10", "--json"]
+    free = json.loads(run_srifty(*base).stdout)
+    res = run_srifty(*base, "--available", "p4d.24xlarge@spot=1,g4dn.metal@spot=3")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["constraints"]["capacity"] == ["--available p4d.24xlarge@spot=1", "--available g4dn.metal@spot=3"]
+    for r in doc["recommendations"]:
+        counts = _counts(r["config"])
+        assert counts.get(("p4d.24xlarge", True), 0) <= 1 and counts.get(("g4dn.metal", True), 0) <= 3, r["config"]
+    assert _counts(free["recommendations"][0]["config"]).get(("p4d.24xlarge", True), 0) > 1  # the limit binds
+    assert any(r["mixed"] for r in doc["recommendations"][:3])  # the scarce type is topped up with another
+
+
+def test_a_binding_capacity_limit_is_named() -> None:
+    res = run_srifty("recommend", "--profile", str(ROOT / "profiles" / "local" / "cnn_resnet.json"), "--instance-types",
+                     "p4d.24xlarge", "--no-spot", "--budget", "100", "--available", "p4d.24xlarge=0")
+    assert res.returncode == 1
+    assert "the capacity limits rule everything out" in res.stderr and "--available p4d.24xlarge=0" in res.stderr
+    bad = run_srifty("recommend", "--profile", str(ROOT / "profiles" / "local" / "cnn_resnet.json"), "--budget", "9",
+                     "--available", "p4d.24xl=1")
+    assert bad.returncode == 1 and "does not list" in bad.stderr and "p4d.24xlarge" in bad.stderr
+
+
+class RecordedServiceQuotas:
+    """The Service Quotas API as AWS documents its answers (moto 5.2 serves no EC2 quota): the
+    account changed the G and VT on-demand quota to 96 vCPUs; every other one is at the default."""
+
+    DEFAULTS = {"L-DB2E81BA": 64.0, "L-417A185B": 0.0, "L-3819A6DF": 64.0, "L-7212CCBC": 0.0}
+    APPLIED = {"L-DB2E81BA": 96.0}
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def _quota(self, code: str, value: float) -> dict:
+        return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value, "Unit": "None",
+                          "Adjustable": True, "GlobalQuota": False}}
+
+    def get_service_quota(self, ServiceCode: str, QuotaCode: str) -> dict:
+        from botocore.exceptions import ClientError
+
+        self.calls.append(("applied", QuotaCode))
+        if QuotaCode not in self.APPLIED:
+            raise ClientError({"Error": {"Code": "NoSuchResourceException", "Message": "The request failed because "
+                                         "the specified service quota does not exist."}}, "GetServiceQuota")
+        return self._quota(QuotaCode, self.APPLIED[QuotaCode])
+
+    def get_aws_default_service_quota(self, ServiceCode: str, QuotaCode: str) -> dict:
+        self.calls.append(("default", QuotaCode))
+        return self._quota(QuotaCode, self.DEFAULTS[QuotaCode])
+
+
+def test_aws_quotas_become_vcpu_limits_per_family_and_market() -> None:
+    from srifty.capacity import capacity_limits
+    from srifty.catalog import Market
+
+    cat = Catalog.default()
+    client = RecordedServiceQuotas()
+    limits = {(lim.what.split()[2], lim.market): lim for lim in capacity_limits(cat, None, client)}
+    assert ("applied", "L-DB2E81BA") in client.calls and ("default", "L-3819A6DF") in client.calls
+    g_od = limits[("L-DB2E81BA", Market.ON_DEMAND)]
+    assert g_od.limit == 96.0 and g_od.units["g5.12xlarge"] == cat.get("g5.12xlarge").vcpus
+    assert "p4d.24xlarge" not in g_od.units and limits[("L-417A185B", Market.ON_DEMAND)].limit == 0.0
+    assert g_od.max_nodes("g5.12xlarge") == 96 // cat.get("g5.12xlarge").vcpus
+    c = solver.Constraints(budget_per_hour=100, max_nodes=8, heterogeneous=False, capacity=tuple(limits.values()))
+    job, hosts = solver.load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], cat)
+    res = solver.solve(solver.ModelOracle(job, hosts, None), cat, c, top=20)
+    for r in res.recommendations:
+        counts = _counts(r.config)
+        vcpus = sum(n * cat.get(t).vcpus for (t, spot), n in counts.items()
+                    if not spot and t.startswith(("g", "vt")))
+        assert vcpus <= 96 and not any(t.startswith("p") and not spot for (t, spot) in counts)

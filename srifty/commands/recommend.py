@@ -13,6 +13,7 @@ import click
 from srifty.commands import params
 from srifty.errors import SriftyError
 from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering, save_figure
+from srifty.capacity import capacity_limits
 from srifty.plan import make_plan, write_plan
 
 EPILOG = """\b
@@ -24,6 +25,7 @@ Examples:
   srifty recommend --profile P --instance-types 'g5.*,g6.*' --max-nodes 8 --pareto --plot front.png
   srifty recommend --profile profiles/emulated/cnn_resnet --catalog configs/emulated.yaml --json
   srifty recommend --profile P --budget 20 --plan plan/            # torchrun per node, sky.yaml, README
+  srifty recommend --profile P --budget 12 --available p4d.24xlarge@spot=1 --quotas aws
   srifty recommend --profile P --budget 20 --top 5 --rank 3 --plan plan3/
 
 \b
@@ -146,6 +148,10 @@ def plot_front(result: Any, path: str) -> None:
 @click.option("--checkpoint-interval", type=params.non_negative(), default=0.5, show_default=True, help="Hours between checkpoints.")
 @click.option("--restart-overhead", type=params.non_negative(), default=0.1, show_default=True, help="Hours to restart after an interruption.")
 @click.option("--region", help="Catalog region (default: the catalog's default).")
+@click.option("--available", metavar="TYPE[@spot]=N,...", help="At most N nodes of TYPE (on demand; TYPE@spot: spot) "
+              "can be had, e.g. p4d.24xlarge=1,g5.12xlarge@spot=4. Mixes of types then fill what one type cannot.")
+@click.option("--quotas", type=click.Choice(["aws"]), help="Respect the account's EC2 vCPU quotas (G and VT, P; "
+              "on demand and spot), read through the Service Quotas API with your AWS credentials.")
 @click.option("--placement-group", is_flag=True, help="Nodes in a cluster placement group: each TCP flow between "
               "them carries 10 Gbit/s, not 5 (AWS's limits), which speeds networks without EFA.")
 @click.option("--instance-types", metavar="GLOB[,GLOB]", help="Only these instance types, e.g. 'g5.*,p3.*'.")
@@ -166,7 +172,8 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
               max_nodes: int, max_types: int, heterogeneous: bool, spot: bool, max_interruption: float | None,
               checkpoint_interval: float, restart_overhead: float, region: str | None, instance_types: str | None,
               global_batch_size: int | None, local_batch: int | None, top: int, show_pareto: bool, as_json: bool,
-              as_csv: bool, plot: str | None, placement_group: bool, plan_dir: str | None, rank: int) -> None:
+              as_csv: bool, plot: str | None, placement_group: bool, plan_dir: str | None, rank: int,
+              available: str | None, quotas: str | None) -> None:
     """Recommend cluster configurations that meet a budget, throughput or deadline, ranked."""
     t0 = time.perf_counter()
     from srifty import solver
@@ -201,14 +208,21 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         if samples is not None:
             raise SriftyError("Give the job size once: --samples, or --epochs with --dataset-size.")
         samples = epochs * dataset_size
+    cat = Catalog.default(catalog_path)
+    quotas_client = None
+    if quotas == "aws":
+        import boto3
+
+        quotas_client = boto3.session.Session(region_name=region or cat.default_region).client("service-quotas")
+    capacity = tuple(capacity_limits(cat, available, quotas_client))
     cons = solver.Constraints(
         budget_per_hour=budget, total_budget=total_budget, min_throughput=min_throughput, deadline_hours=deadline,
         samples=samples, max_nodes=max_nodes, max_types=max_types, heterogeneous=heterogeneous and max_types >= 2,
         spot=spot, max_interruption=max_interruption, region=region, instance_types=instance_types,
         checkpoint_interval_h=checkpoint_interval, restart_overhead_h=restart_overhead,
-        global_batch_size=global_batch_size, local_batch_size=local_batch, placement_group=placement_group)
+        global_batch_size=global_batch_size, local_batch_size=local_batch, placement_group=placement_group,
+        capacity=capacity)
     cons.validate()
-    cat = Catalog.default(catalog_path)
     for w in cat.warnings:
         say(f"warning: {w}")
     job, model_cat = solver.load_inputs(list(profiles), cat)
