@@ -814,6 +814,7 @@ class FeatureBuilder:
         # carries a CPU profile's operator count to GPUs (srifty.opmodel); the shipped one by default
         self.step_model = step_model or shipped_step_model()
         self._by_operators: dict[str, bool] = {}
+        self._workers: dict[tuple[str, float], tuple] = {}
         self._hw: dict[str, Hardware] = {}
         self._node_intra: dict[str, Link] = {}
         self._curves: dict[str, ComputeCurve | None] = {}
@@ -1054,10 +1055,9 @@ class FeatureBuilder:
                 if note not in notes:
                     notes.append(note)
                     loose_notes.append(note)
-            c, t, note = self.compute_ms(g.instance_type, local_batch_size)
-            cycles.append((c + self.post_ms(g.instance_type, local_batch_size), c))
+            c, t, note, post, (low, high), batch_note = self.worker(g.instance_type, local_batch_size)
+            cycles.append((c + post, c))
             transferred |= t
-            (low, high), batch_note = self.batch_bounds(g.instance_type, local_batch_size)
             batch_low, batch_high = min(batch_low, low), max(batch_high, high)
             for n in (note, batch_note):
                 if n and n not in notes:
@@ -1146,6 +1146,18 @@ class FeatureBuilder:
             notes.extend(n for n in h.notes if n not in notes)
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
                            (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups))
+
+    def worker(self, instance_type: str, batch: float) -> tuple[float, bool, str | None, float,
+                                                                tuple[float, float], str | None]:
+        """One worker of ``instance_type`` at ``batch``: (compute, transferred, its note, post, its
+        bounds, their note), once per (type, batch) for this builder (every node count and mix that
+        holds the type shares them)."""
+        key = (instance_type, float(batch))
+        if key not in self._workers:
+            c, t, note = self.compute_ms(instance_type, batch)
+            self._workers[key] = (c, t, note, self.post_ms(instance_type, batch),
+                                  *self.batch_bounds(instance_type, batch))
+        return self._workers[key]
 
     def row_estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
         """:meth:`estimate`, once per distinct (configuration, batch) for this builder (its profile,

@@ -159,7 +159,7 @@ class GpuStepModel:
 
     @property
     def gpus(self) -> frozenset[str]:
-        return frozenset(f.rsplit(":", 1)[-1] for f in self.fitted_on)
+        return _gpus_of(self.fitted_on)
 
     def log_bounds(self, gpu_name: str) -> tuple[float, float]:
         """(low, high) log factors of the 5-95% interval of a step on ``gpu_name``."""
@@ -194,6 +194,11 @@ class GpuStepModel:
             return None
         d = json.loads(path.read_text())
         return cls(*(float(d[k]) for k in PARAMETERS + INTERVAL), tuple(d.get("fitted_on") or ()))
+
+
+@lru_cache(maxsize=64)
+def _gpus_of(fitted_on: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(f.rsplit(":", 1)[-1] for f in fitted_on)
 
 
 @lru_cache(maxsize=1)
