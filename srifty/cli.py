@@ -61,6 +61,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "recommend": "srifty.commands.recommend:recommend",
     "ec2": "srifty.commands.ec2:ec2",
     "evaluate": "srifty.commands.evaluate:evaluate",
+    "launch": "srifty.commands.launch:launch",
 }
 
 

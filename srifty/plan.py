@@ -45,6 +45,7 @@ class Plan:
     nodes: tuple[PlannedNode, ...]
     region: str | None
     prediction: dict[str, Any]  # the recommendation row (srifty.solver.Recommendation.to_dict)
+    emulated: bool = False  # hosts of an emulated catalog: `srifty launch DIR --backend emulated` runs it
 
     @property
     def world_size(self) -> int:
@@ -149,7 +150,10 @@ class Plan:
             "<its script>` (extra arguments go to the training script). The nodes must reach node 0 on TCP "
             f"port {RDZV_PORT} (the default VPC's default security group allows traffic between its members).",
         ]
-        if self.homogeneous:
+        if self.emulated:
+            lines += ["", "These are emulated hosts: `sudo srifty launch DIR --backend emulated` runs the plan on "
+                          "the emulated cluster and sets its measured step against the prediction."]
+        elif self.homogeneous:
             lines += ["", "With SkyPilot: `sky launch -c srifty sky.yaml` from the project's directory starts "
                           "every node and runs the same command (add a `setup:` section that installs the "
                           "script's requirements if the image lacks them)."]
@@ -164,7 +168,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "srifty_version": __version__, "model": self.model, "script": self.script,
                 "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
-                "region": self.region, "nodes": [asdict(n) for n in self.nodes], "prediction": self.prediction}
+                "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
+                "prediction": self.prediction}
 
 
 def node_file(node: PlannedNode) -> str:
@@ -187,7 +192,8 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
         for _ in range(g.count):
             nodes.append(PlannedNode(rank_no, g.instance_type, int(workers), max(1, int(round(batch))), g.spot))
             rank_no += 1
-    return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict())
+    emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
+    return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated)
 
 
 def write_plan(plan: Plan, directory: str | Path) -> list[Path]:
@@ -200,7 +206,7 @@ def write_plan(plan: Plan, directory: str | Path) -> list[Path]:
         atomic_write_text(path, plan.node_script(n))
         path.chmod(0o755)
         written.append(path)
-    if plan.homogeneous:
+    if plan.homogeneous and not plan.emulated:
         atomic_write_text(out / "sky.yaml", plan.skypilot_yaml())
         written.append(out / "sky.yaml")
     atomic_write_text(out / "README.md", plan.readme())

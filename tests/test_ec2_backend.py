@@ -760,3 +760,49 @@ def test_placement_group_needs_the_ec2_backend(tmp_path) -> None:
     res = run_srifty("profile", SCRIPT, "--placement-group", "--out", str(tmp_path / "p.json"))
     assert res.returncode == 1 and "--placement-group places EC2 instances" in res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "p.json").exists()
+
+
+def test_a_plan_launches_on_ec2_and_is_compared(aws, catalog, tmp_path) -> None:
+    """`srifty launch DIR --backend ec2`: the plan's nodes (type, count, spot) are what is launched,
+    every instance is gone after, and the measured step is set against the plan's interval."""
+    from srifty.launch import launch
+    from srifty.plan import make_plan, write_plan
+    from srifty.solver import Recommendation
+
+    ec2, s3 = aws
+    row = Recommendation(config="2xg5.xlarge@spot", market="spot", gpus=2, nodes=2, batch_split={"g5.xlarge": 32.0},
+                         global_batch=64.0, iteration_ms=100.0, interval_ms=(60.0, 200.0),
+                         throughput_samples_per_s=640.0, raw_throughput_samples_per_s=650.0, usd_per_hour=0.7,
+                         usd_per_million_samples=0.3, interruptions_per_hour=0.1, source="transferred", mixed=False)
+    write_plan(make_plan("cnn_resnet", SCRIPT, [], row, 1, "us-east-1", catalog), tmp_path / "plan")
+    rec = RecordingEc2(ec2)
+    backend, _ = make_backend(catalog, rec)
+    with FakeInstances(ec2, s3):
+        report = launch(tmp_path / "plan", "ec2", str(tmp_path / "run.json"), 5.0, runner=backend,
+                        instance_profile="srifty-profiler", s3_uri=S3_URI, yes=True, time_cap=20.0)
+    (call,) = rec.run_calls
+    assert (call["InstanceType"], call["MinCount"]) == ("g5.xlarge", 2)
+    assert call["InstanceMarketOptions"]["MarketType"] == "spot"
+    measured = json.loads((tmp_path / "run.json").read_text())["summary"]["iteration_ms"]["median"]
+    assert report.measured_ms == measured and report.inside == (60.0 <= measured <= 200.0)
+    assert alive(ec2) == []
+
+
+def test_a_mixed_plan_is_refused_on_ec2(tmp_path, catalog) -> None:
+    from srifty.launch import request_for
+    from srifty.plan import make_plan
+
+    row = Recommendation_mix()
+    plan = make_plan("cnn_resnet", SCRIPT, [], row, 1, None, catalog).to_dict()
+    with pytest.raises(SriftyError, match="one instance type per run"):
+        request_for(plan, "ec2", 5.0)
+
+
+def Recommendation_mix():
+    from srifty.solver import Recommendation
+
+    return Recommendation(config="1xg5.xlarge+1xg4dn.xlarge", market="on-demand", gpus=2, nodes=2,
+                          batch_split={"g5.xlarge": 40.0, "g4dn.xlarge": 24.0}, global_batch=64.0, iteration_ms=100.0,
+                          interval_ms=(60.0, 200.0), throughput_samples_per_s=640.0,
+                          raw_throughput_samples_per_s=640.0, usd_per_hour=1.5, usd_per_million_samples=0.6,
+                          interruptions_per_hour=0.0, source="transferred", mixed=True)

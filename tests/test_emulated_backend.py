@@ -124,3 +124,34 @@ def test_interrupted_emulated_run_leaves_nothing(tmp_path: Path, no_orphans, sig
     no_orphans(str(SCRIPTS / "slow.py"))
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert f"srifty-{CLUSTER}-" not in namespaces, namespaces
+
+
+def test_a_mixed_plan_launches_with_a_batch_per_host_type(tmp_path: Path, no_orphans) -> None:
+    """`srifty launch DIR --backend emulated` runs a plan of a mix: each host type trains at the
+    plan's per-worker batch, and the measured step is set against the plan's prediction."""
+    from srifty.catalog import Catalog
+    from srifty.plan import make_plan, write_plan
+    from srifty.solver import Recommendation
+
+    cat = Catalog.from_emulated_spec(Path(FAST_SPEC))
+    row = Recommendation(config="1xemu.whole+1xemu.half", market="on-demand", gpus=2, nodes=2,
+                         batch_split={"emu.whole": 96.0, "emu.half": 32.0}, global_batch=128.0, iteration_ms=50.0,
+                         interval_ms=(30.0, 90.0), throughput_samples_per_s=2560.0,
+                         raw_throughput_samples_per_s=2560.0, usd_per_hour=0.65, usd_per_million_samples=0.07,
+                         interruptions_per_hour=0.0, source="predicted", mixed=True)
+    plan = make_plan("mlp_recsys", "examples/mlp_recsys.py", [], row, 1, None, cat)
+    write_plan(plan, tmp_path)
+    assert plan.emulated and not (tmp_path / "sky.yaml").exists()
+    res = _srifty("launch", str(tmp_path), "--backend", "emulated", "--spec", FAST_SPEC, "--max-seconds", "6",
+                  "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    doc = profile_mod.load(tmp_path / "run.profile.json").doc
+    assert doc["cluster"]["config"] == "1xemu.whole+1xemu.half"
+    batch_of = {r["host"]: {it["batch_size"] for it in r["iterations"]} for r in doc["ranks"]}
+    assert batch_of == {"whole0": {96}, "half0": {32}}
+    measured = doc["summary"]["iteration_ms"]["median"]
+    assert report["measured_ms"] == pytest.approx(measured) and report["global_batch"] == 128
+    assert report["inside"] == (30.0 <= measured <= 90.0)
+    assert report["measured_samples_per_s"] == pytest.approx(128 / (measured / 1e3), rel=1e-3)
+    no_orphans(str(EXAMPLES / "mlp_recsys.py"))

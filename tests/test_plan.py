@@ -105,3 +105,11 @@ def test_a_one_node_plan_runs_its_training_script(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert (EXAMPLES / "cnn_resnet.py").exists()
+
+
+def test_launch_needs_a_plan(tmp_path: Path) -> None:
+    res = run_srifty("launch", str(tmp_path), "--backend", "emulated")
+    assert res.returncode == 1 and "holds no plan.json" in res.stderr
+    (tmp_path / "plan.json").write_text('{"schema": 1, "config": "1xg5.xlarge"}')
+    res = run_srifty("launch", str(tmp_path), "--backend", "emulated")
+    assert res.returncode == 1 and "not a plan of schema 1" in res.stderr and "nodes" in res.stderr

@@ -105,6 +105,8 @@ class EmulatedBackend(ProfilingBackend):
                 "SRIFTY_HOST_LABEL": h.name,
                 "SRIFTY_INSTANCE_TYPES": ",".join(sorted({x.type_name for x in hosts})),
             }
+            if request.batch_by_type.get(h.type_name):
+                env["SRIFTY_BATCH_SIZE"] = str(request.batch_by_type[h.type_name])
             full = wrap(h, argv)
             commands.append(WorkerCommand(argv=full, env=env, host=h.name))
         notes = [f"emulated cluster {self.cluster_name!r} from {request.spec}: "

@@ -97,6 +97,9 @@ class ProfileRequest:
     spot: bool = False
     nodes: int = 1
     placement_group: bool = False  # EC2: the nodes in a cluster placement group of the run
+    # per host type, the per-worker batch its workers get (SRIFTY_BATCH_SIZE; a mix of types on the
+    # emulated backend); types not named get batch_size
+    batch_by_type: dict[str, int] = field(default_factory=dict)
     region: str | None = None
     max_cost: float | None = None
     s3_uri: str | None = None
