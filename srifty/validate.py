@@ -282,6 +282,21 @@ def fit_pollux(compute: "np.ndarray", nodes: "np.ndarray", world: "np.ndarray", 
 # --------------------------------------------------------------------------- one fold
 
 
+def model_regimes(jobs: Sequence[JobProfile], catalog: "Catalog") -> dict[str, str]:
+    """Each model's network regime (the short label of REGIMES): the median, over its runs across
+    nodes, of the measured share of the step beyond its slowest worker's compute alone."""
+    import numpy as np
+
+    out = {}
+    for j in jobs:
+        t = table_for([j], catalog, None, keep=lambda job, r: r.nodes >= 2)
+        if len(t.y_ms) == 0:
+            continue
+        share = float(np.median(np.clip(1.0 - t.X["compute_ms"].to_numpy(dtype=float) / t.y_ms, 0.0, 1.0)))
+        out[j.model] = next(label for label, hi in REGIMES if share < hi).split(" (")[0]
+    return out
+
+
 def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs: Sequence[JobProfile],
              views: dict[str, JobProfile], test_keep: Callable[[JobProfile, Run], bool],
              train_keep: Callable[[JobProfile, Run], bool] | None, catalog: "Catalog", quick: bool,
@@ -372,6 +387,22 @@ def validate(jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False
                 tested = (lambda j, r: r.world_size >= 2) if split == "lomo-1gpu" else (lambda j, r: r.nodes >= 2)
                 res = run_fold(split, held.model, [j for j in jobs if j is not held], [held], {held.model: view},
                                tested, None, catalog, quick, collectives, allreduce)
+                if res:
+                    report.results.append(res)
+        elif split == "loro":
+            regimes = model_regimes(jobs, catalog)
+            if len(set(regimes.values())) < 2:
+                report.notes.append(f"{prefix}loro: " + (
+                    f"every model of the corpus with runs across nodes is {next(iter(regimes.values()))}"
+                    if regimes else "no model of the corpus has runs across nodes")
+                    + "; leaving one network regime out needs two.")
+                continue
+            for regime in sorted(set(regimes.values())):
+                held = [j for j in jobs if regimes[j.model] == regime]
+                say(f"loro: holding out the {regime} models ({', '.join(j.model for j in held)})")
+                views = {j.model: j.restricted(lambda r: r.world_size == 1) for j in held}
+                res = run_fold(split, regime, [j for j in jobs if regimes[j.model] != regime], held, views,
+                               lambda j, r: r.world_size >= 2, None, catalog, quick, collectives, allreduce)
                 if res:
                     report.results.append(res)
         elif split == "nodes>4":

@@ -1362,3 +1362,21 @@ def _run(*args: str):
     from conftest import run_srifty
 
     return run_srifty(*args)
+
+
+def test_each_model_s_network_regime_is_its_median_share_beyond_compute() -> None:
+    import numpy as np
+
+    from srifty.features import load_corpus
+    from srifty.model import catalog_for_jobs, table_for
+    from srifty.validate import REGIMES, model_regimes
+
+    jobs = load_corpus([str(ROOT / "profiles" / "pollux")])
+    cat = catalog_for_jobs(jobs)
+    got = model_regimes(jobs, cat)
+    assert set(got) == {j.model for j in jobs}
+    for j in jobs:
+        t = table_for([j], cat, None, keep=lambda job, r: r.nodes >= 2)
+        share = float(np.median(np.clip(1 - t.X["compute_ms"].to_numpy(dtype=float) / t.y_ms, 0, 1)))
+        assert got[j.model] == next(label for label, hi in REGIMES if share < hi).split(" (")[0]
+    assert len(set(got.values())) >= 2  # the corpus has a regime to leave out (ACCURACY.md, pollux/loro)

@@ -226,7 +226,7 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
             splits = ("loco", "lomo-1node") if quick else ("loco", "lomo-1node", "loio")
         else:
             real_jobs += jobs
-            splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "nodes>4", "loio")
+            splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "loro", "nodes>4", "loio")
         prefix = f"{Path(path).name}/" if len(paths) > 1 else ""
         v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s, p=prefix: click.echo(p + s, err=True),
                    collectives=load_collectives([path]), prefix=prefix, report=report,
