@@ -136,34 +136,15 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | None, local_batch_size: int | None,
                 model_path: str | None, catalog_path: str | None, placement_group: bool, as_json: bool) -> None:
     """Predict iteration time and throughput of a profiled model on other configurations."""
-    from srifty.catalog import Catalog
-    from srifty.configspec import parse_config
-    from srifty.solver import load_inputs
+    from srifty import api
 
     if bool(config_text) == bool(configs_csv):
         raise SriftyError("Give exactly one of --config and --configs.", "e.g. --config 4xg4dn.12xlarge")
-    job, cat = load_inputs([profile_path], Catalog.default(catalog_path) if catalog_path else None, with_emulated=True)
-    for w in getattr(cat, "warnings", []) or []:
-        _warn(w)
     requests = [(config_text, local_batch_size, 0)] if config_text else _read_configs_csv(configs_csv or "")
-    default_b = max((r.local_batch_size for r in job.runs if r.world_size == min(x.world_size for x in job.runs)),
-                    default=None)
-    rows = []
-    for text, b, line in requests:
-        where = f" ({configs_csv} line {line})" if line else ""
-        try:
-            config = parse_config(text).resolved(cat)
-        except SriftyError as exc:
-            raise SriftyError(f"{exc.message}{where}", exc.hint) from None
-        rows.append((config, b or local_batch_size or default_b))
-    from srifty.solver import load_predictor
-
     # --model FILE, or the model `srifty recommend` also uses (trained once and cached)
-    pred = load_predictor(model_path, say=lambda msg: click.echo(f"note: {msg}", err=True))
-    if pred is None:
-        raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",
-                          "Drop --model to use the cached one, or give a file from `srifty fit`.")
-    results = pred.in_placement_group(placement_group).predict(job, cat, rows)
+    results = api.predict([profile_path], [(text, b) if b else text for text, b, _ in requests], local_batch_size,
+                          model_path, catalog_path, placement_group, say=lambda msg: click.echo(msg, err=True),
+                          where=[f" ({configs_csv} line {line})" if line else "" for _, _, line in requests])
     for r in results:
         for w in r.warnings:
             _warn(f"{r.config}: {w}")

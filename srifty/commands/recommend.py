@@ -13,8 +13,6 @@ import click
 from srifty.commands import params
 from srifty.errors import SriftyError
 from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering, save_figure
-from srifty.capacity import capacity_limits
-from srifty.plan import make_plan, write_plan
 
 EPILOG = """\b
 Examples:
@@ -176,7 +174,7 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
               available: str | None, quotas: str | None) -> None:
     """Recommend cluster configurations that meet a budget, throughput or deadline, ranked."""
     t0 = time.perf_counter()
-    from srifty import solver
+    from srifty import api, solver
     from srifty.catalog import Catalog
 
     def say(msg: str) -> None:
@@ -208,50 +206,24 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         if samples is not None:
             raise SriftyError("Give the job size once: --samples, or --epochs with --dataset-size.")
         samples = epochs * dataset_size
-    cat = Catalog.default(catalog_path)
     quotas_client = None
     if quotas == "aws":
         import boto3
 
-        quotas_client = boto3.session.Session(region_name=region or cat.default_region).client("service-quotas")
-    capacity = tuple(capacity_limits(cat, available, quotas_client))
+        quotas_client = boto3.session.Session(
+            region_name=region or Catalog.default(catalog_path).default_region).client("service-quotas")
     cons = solver.Constraints(
         budget_per_hour=budget, total_budget=total_budget, min_throughput=min_throughput, deadline_hours=deadline,
         samples=samples, max_nodes=max_nodes, max_types=max_types, heterogeneous=heterogeneous and max_types >= 2,
         spot=spot, max_interruption=max_interruption, region=region, instance_types=instance_types,
         checkpoint_interval_h=checkpoint_interval, restart_overhead_h=restart_overhead,
-        global_batch_size=global_batch_size, local_batch_size=local_batch, placement_group=placement_group,
-        capacity=capacity)
+        global_batch_size=global_batch_size, local_batch_size=local_batch, placement_group=placement_group)
     cons.validate()
-    for w in cat.warnings:
-        say(f"warning: {w}")
-    job, model_cat = solver.load_inputs(list(profiles), cat)
-    model_file = None if model_path == "simulator" else str(model_path or solver.default_model_path())
-    identity = {"model": solver.file_identity([model_file]) if model_file else "simulator",
-                "profiles": solver.file_identity(profiles), "catalog": solver.file_identity([cat.path]),
-                "code": [sha for _, _, sha in solver.file_identity(solver.PREDICTION_CODE)],
-                "placement_group": placement_group}
-    if model_file and not solver.file_identity([model_file]):
-        identity = None  # no model yet: train it (below) and do not cache under a missing file
-    probe = solver.ModelOracle(job, model_cat, None)
-
-    def make() -> Any:
-        predictor = solver.load_predictor(model_path, say)
-        return solver.ModelOracle(job, model_cat, predictor.in_placement_group(placement_group) if predictor else None)
-
-    oracle: Any = make() if identity is None else solver.CachedOracle(make, identity, probe.default_local_batch())
-    result = solver.solve(oracle, cat, cons, solver.Objective(objective) if objective else None, top=top)
+    outcome = api.recommend(profiles, cons, objective, top, catalog_path, model_path, available, quotas_client, say)
+    result, job, advice, model_file = outcome.result, outcome.job, outcome.advice, outcome.model_file
     if plot:
         plot_front(result, plot)
-    advice = solver.measurement_advice(result, job, cat)
-    written = None
-    if plan_dir:
-        if rank > len(result.recommendations):
-            raise SriftyError(f"--rank {rank}: only {len(result.recommendations)} configurations meet the constraints.",
-                              f"Give --rank {len(result.recommendations)} or less.")
-        plan = make_plan(job.model, job.script, job.script_args, result.recommendations[rank - 1], rank,
-                         region or cat.default_region, cat)
-        written = write_plan(plan, plan_dir)
+    written = api.write_plan(outcome, plan_dir, rank)[1] if plan_dir else None
     total = time.perf_counter() - t0
     if as_json:
         doc = result.to_dict()

@@ -1,0 +1,135 @@
+"""srifty as a library: what each command does, as functions that take values and return result
+objects. The click commands (srifty.commands) parse options into these calls and print what they
+return; scripts and notebooks call them directly::
+
+    from srifty import api
+
+    outcome = api.recommend(["profiles/local/cnn_resnet.json"], api.Constraints(budget_per_hour=12))
+    print(outcome.result.chosen.config, outcome.result.chosen.throughput_samples_per_s)
+    api.write_plan(outcome, "plan/")
+    [p] = api.predict(["profiles/local/cnn_resnet.json"], ["2xg5.12xlarge"])
+
+Errors are :class:`srifty.errors.SriftyError` (a message and a hint).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from srifty.capacity import capacity_limits
+from srifty.catalog import Catalog
+from srifty.configspec import ClusterConfig, parse_config
+from srifty.errors import SriftyError
+from srifty.features import JobProfile
+from srifty.launch import LaunchReport, launch
+from srifty.model import Prediction
+from srifty.plan import Plan, make_plan
+from srifty.plan import write_plan as write_plan_files
+from srifty.profile import Profile
+from srifty.profiling.launcher import ProfileRequest, get_backend
+from srifty.solver import (CachedOracle, Constraints, MeasurementAdvice, ModelOracle, Objective, PREDICTION_CODE,
+                           Result, default_model_path, file_identity, load_inputs, load_predictor,
+                           measurement_advice, solve)
+
+__all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "profile", "predict", "recommend",
+           "write_plan", "launch"]
+
+Say = Callable[[str], None]
+
+
+def _quiet(msg: str) -> None:
+    pass
+
+
+def profile(script: str | None, out: str, backend: str = "local", **options: Any) -> Profile:
+    """Profile ``script`` (``srifty profile``; ``options`` are :class:`ProfileRequest`'s fields)
+    and write the profile to ``out``."""
+    request = ProfileRequest(script=script, **options)
+    doc = get_backend(backend).profile(request, out)
+    return Profile(doc, out)
+
+
+def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tuple[str | ClusterConfig, int]],
+            local_batch_size: int | None = None, model_path: str | None = None, catalog_path: str | None = None,
+            placement_group: bool = False, say: Say = _quiet, where: Sequence[str] = ()) -> list[Prediction]:
+    """Iteration time, interval and throughput of a profiled job on each configuration (a
+    configuration alone, or with its own per-worker batch), as ``srifty predict`` gives them.
+    ``where``: per configuration, what an error about it should add (e.g. " (configs.csv line 3)")."""
+    job, cat = load_inputs(list(profiles), Catalog.default(catalog_path) if catalog_path else None, with_emulated=True)
+    for w in getattr(cat, "warnings", []) or []:
+        say(f"warning: {w}")
+    default_b = max((r.local_batch_size for r in job.runs if r.world_size == min(x.world_size for x in job.runs)),
+                    default=None)
+    rows = []
+    for i, item in enumerate(configs):
+        config, b = item if isinstance(item, tuple) else (item, None)
+        try:
+            config = (parse_config(config) if isinstance(config, str) else config).resolved(cat)
+        except SriftyError as exc:
+            raise SriftyError(f"{exc.message}{where[i] if i < len(where) else ''}", exc.hint) from None
+        rows.append((config, b or local_batch_size or default_b))
+    predictor = load_predictor(model_path, lambda msg: say(f"note: {msg}"))
+    if predictor is None:
+        raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",
+                          "Drop --model to use the cached one, or give a file from `srifty fit`.")
+    return predictor.in_placement_group(placement_group).predict(job, cat, rows)
+
+
+@dataclass
+class RecommendOutcome:
+    """What ``srifty recommend`` found: the ranked result, the job it was for, the model used, and
+    the measurement that would settle a transferred pick."""
+
+    result: Result
+    job: JobProfile
+    catalog: Catalog
+    model_file: str | None  # None: the simulator alone
+    advice: MeasurementAdvice | None
+
+
+def recommend(profiles: Sequence[str], constraints: Constraints, objective: Objective | str | None = None,
+              top: int = 10, catalog_path: str | None = None, model_path: str | None = None,
+              available: str | None = None, quotas_client: Any = None, say: Say = _quiet) -> RecommendOutcome:
+    """The configurations that meet ``constraints``, ranked (``srifty recommend``). ``available``:
+    ``--available`` text; ``quotas_client``: a boto3 ``service-quotas`` client for the account's
+    EC2 vCPU quotas. The latency model's figures are cached on disk per (model, profiles, catalog,
+    code, placement group)."""
+    cat = Catalog.default(catalog_path)
+    capacity = tuple(capacity_limits(cat, available, quotas_client))
+    if capacity:
+        constraints = replace(constraints, capacity=constraints.capacity + capacity)
+    constraints.validate()
+    for w in cat.warnings:
+        say(f"warning: {w}")
+    job, model_cat = load_inputs(list(profiles), cat)
+    model_file = None if model_path == "simulator" else str(model_path or default_model_path())
+    identity: dict[str, Any] | None = {
+        "model": file_identity([model_file]) if model_file else "simulator", "profiles": file_identity(profiles),
+        "catalog": file_identity([cat.path]), "code": [sha for _, _, sha in file_identity(PREDICTION_CODE)],
+        "placement_group": constraints.placement_group}
+    if model_file and not file_identity([model_file]):
+        identity = None  # no model yet: train it and do not cache under a missing file
+
+    def make() -> Any:
+        predictor = load_predictor(model_path, say)
+        return ModelOracle(job, model_cat,
+                           predictor.in_placement_group(constraints.placement_group) if predictor else None)
+
+    probe = ModelOracle(job, model_cat, None)
+    oracle: Any = make() if identity is None else CachedOracle(make, identity, probe.default_local_batch())
+    chosen_objective = Objective(objective) if isinstance(objective, str) else objective
+    result = solve(oracle, cat, constraints, chosen_objective, top=top)
+    return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat))
+
+
+def write_plan(outcome: RecommendOutcome, directory: str | Path, rank: int = 1) -> tuple[Plan, list[Path]]:
+    """The plan of the ``rank``-th ranked row (1: the chosen one) written into ``directory``."""
+    rows = outcome.result.recommendations
+    if not 1 <= rank <= len(rows):
+        raise SriftyError(f"--rank {rank}: only {len(rows)} configurations meet the constraints.",
+                          f"Give --rank {len(rows)} or less.")
+    region = outcome.result.constraints.region or outcome.catalog.default_region
+    plan = make_plan(outcome.job.model, outcome.job.script, outcome.job.script_args, rows[rank - 1], rank, region,
+                     outcome.catalog)
+    return plan, write_plan_files(plan, directory)

@@ -1,0 +1,37 @@
+"""srifty as a library (srifty.api): the commands' figures, as result objects."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from srifty import api
+
+from conftest import PROFILES, run_srifty
+
+CNN = str(PROFILES / "local" / "cnn_resnet.json")
+
+
+def test_recommend_returns_what_the_command_prints(tmp_path) -> None:
+    outcome = api.recommend([CNN], api.Constraints(budget_per_hour=12), top=3)
+    cli = json.loads(run_srifty("recommend", "--profile", CNN, "--budget", "12", "--top", "3", "--json").stdout)
+    assert [r.config for r in outcome.result.recommendations] == [r["config"] for r in cli["recommendations"]]
+    assert outcome.result.chosen.throughput_samples_per_s == \
+        pytest.approx(cli["recommendations"][0]["throughput_samples_per_s"], rel=1e-6)
+    assert outcome.advice is not None and outcome.advice.to_dict() == cli["measure_next"]
+    plan, files = api.write_plan(outcome, tmp_path / "plan", rank=2)
+    assert plan.config == cli["recommendations"][1]["config"] and (tmp_path / "plan" / "plan.json") in files
+
+
+def test_predict_returns_what_the_command_prints() -> None:
+    [p] = api.predict([CNN], [("2xg5.12xlarge", 16)])
+    cli = json.loads(run_srifty("predict", "--profile", CNN, "--config", "2xg5.12xlarge", "-b", "16", "--json").stdout)
+    assert (p.config, p.local_batch_size, p.source) == (cli["config"], cli["local_batch_size"], cli["source"])
+    assert round(p.iteration_ms, 4) == cli["iteration_ms"] and p.parts["network_source"] == cli["parts"]["network_source"]
+
+
+def test_library_errors_name_the_configuration() -> None:
+    from srifty.errors import SriftyError
+
+    with pytest.raises(SriftyError, match=r"g5\.nope.*\(row 2\)"):
+        api.predict([CNN], ["1xg5.xlarge", "1xg5.nope"], where=["", " (row 2)"])
