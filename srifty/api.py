@@ -32,8 +32,8 @@ from srifty.solver import (CachedOracle, Constraints, MeasurementAdvice, ModelOr
                            Result, default_model_path, file_identity, load_inputs, load_predictor,
                            measurement_advice, solve)
 
-__all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "profile", "predict", "recommend",
-           "write_plan", "launch"]
+__all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile", "predict",
+           "recommend", "write_plan", "launch", "validate"]
 
 Say = Callable[[str], None]
 
@@ -133,3 +133,68 @@ def write_plan(outcome: RecommendOutcome, directory: str | Path, rank: int = 1) 
     plan = make_plan(outcome.job.model, outcome.job.script, outcome.job.script_args, rows[rank - 1], rank, region,
                      outcome.catalog)
     return plan, write_plan_files(plan, directory)
+
+
+@dataclass
+class ValidationOutcome:
+    """Everything ``srifty validate`` measured: the grouped cross-validation of every corpus, the
+    communication model against measured allreduces, compute across GPUs, compute at another
+    batch, and the CPU-to-GPU operator model."""
+
+    report: Any  # srifty.validate.ValidationReport
+    allreduce: list[Any]
+    allreduce_notes: list[str]
+    gpu_transfer: list[Any]
+    gpu_transfer_notes: list[str]
+    batch_scaling: list[Any]
+    cpu_to_gpu: list[Any]
+    corpora: list[str]
+
+
+def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet) -> ValidationOutcome:
+    """Validate on ``corpora`` (default: the shipped ones), each corpus on its own (models of
+    different corpora never share a fold); ``say`` gets a line per fold as it starts."""
+    from srifty import cpu_to_gpu
+    from srifty import model as m
+    from srifty import validate as v
+    from srifty.features import hardware_of, load_collectives, load_corpus
+
+    paths = m.corpus_paths(corpora)
+    if not paths:
+        raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
+    report = v.ValidationReport()
+    real_jobs: list[JobProfile] = []
+    batch_jobs: dict[str, list[JobProfile]] = {}  # compute at another batch: every corpus, by name
+    allreduce, allreduce_notes = m.measured_allreduce()
+    for path in paths:
+        jobs = load_corpus([path])
+        batch_jobs[Path(path).name] = jobs
+        cat = m.catalog_for_jobs(jobs)
+        emulated = all(hardware_of(cat, t).emulated for j in jobs for t in j.instance_types)
+        if emulated:
+            splits: tuple[str, ...] = ("loco", "lomo-1node") if quick else ("loco", "lomo-1node", "loio")
+        else:
+            real_jobs += jobs
+            splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "loro", "nodes>4", "loio")
+        prefix = f"{Path(path).name}/" if len(paths) > 1 else ""
+        v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda line, p=prefix: say(p + line),
+                   collectives=load_collectives([path]), prefix=prefix, report=report,
+                   allreduce=() if emulated else allreduce)
+    checks, comm_notes = [], []
+    if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
+        say("allreduce: nccl-tests rows against the communication model")
+        cat = Catalog.default()
+        scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
+        checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
+    transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs
+    h200, cpu = m.ROOT / "profiles" / "h200", m.ROOT / "profiles" / "cpu"
+    if h200.exists():  # the examples on an H200 (make gpu-check), three batches each
+        batch_jobs["h200"] = load_corpus([str(h200)])
+    batch_checks = v.validate_batch_scaling(batch_jobs)
+    cpu_gpu: list[Any] = []
+    if cpu.exists() and h200.exists():
+        say("cpu-to-gpu: the examples' GPU steps from their CPU profiles, leave one model out")
+        shipped = m.shipped_model()
+        cpu_gpu = cpu_to_gpu.validate_cpu_to_gpu(cpu, h200, Catalog.default(),
+                                                 m.load(shipped) if shipped else m.default_predictor())
+    return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths)

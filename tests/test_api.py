@@ -35,3 +35,14 @@ def test_library_errors_name_the_configuration() -> None:
 
     with pytest.raises(SriftyError, match=r"g5\.nope.*\(row 2\)"):
         api.predict([CNN], ["1xg5.xlarge", "1xg5.nope"], where=["", " (row 2)"])
+
+
+def test_validate_returns_every_check_of_the_report() -> None:
+    """api.validate on one real corpus, quick: the splits the report holds, and the checks that do
+    not depend on the corpus (compute across GPUs, the operator model) each as result objects."""
+    lines: list[str] = []
+    done = api.validate([str(PROFILES / "pollux")], quick=True, say=lines.append)
+    assert {r.split for r in done.report.results} == {"lomo-1gpu", "nodes>4"}
+    assert any(line.startswith("lomo-1gpu: holding out") for line in lines)
+    assert done.allreduce and done.gpu_transfer and done.batch_scaling
+    assert len(done.cpu_to_gpu) == 9 and all(c.pair.gpu == "H200" for c in done.cpu_to_gpu)

@@ -175,17 +175,13 @@ Examples:
 def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
                  as_json: bool) -> None:
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
-    from srifty import cpu_to_gpu
+    from srifty import api, cpu_to_gpu
     from srifty import model as m
     from srifty import validate as v
     from srifty.opmodel import shipped_step_model
-    from srifty.catalog import Catalog
-    from srifty.features import hardware_of, load_collectives, load_corpus
     from srifty.profile import atomic_write_text
 
     paths = m.corpus_paths(corpus)
-    if not paths:
-        raise SriftyError("No corpus to validate on.", "Import the Pollux trace: see data/traces/PROVENANCE.md.")
     outputs = [o for o in (Output(out or "", "--out"), Output(plot or "", "--plot")) if o.path]
     refuse_clobbering(outputs, [Input(p, "the corpus") for p in paths] + [Input(readme, "--readme")])
     for o in outputs:
@@ -194,40 +190,10 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         check_plot_format(plot)
     if readme:  # no markers: say so before minutes of fitting
         v.replace_readme_summary(Path(readme).read_text(), "")
-    report = v.ValidationReport()
-    real_jobs = []
-    batch_jobs: dict[str, list] = {}  # compute at another batch: every corpus, by name
-    allreduce, allreduce_notes = m.measured_allreduce()
-    for path in paths:  # each corpus on its own: models of different corpora never share a fold
-        jobs = load_corpus([path])
-        batch_jobs[Path(path).name] = jobs
-        cat = m.catalog_for_jobs(jobs)
-        emulated = all(hardware_of(cat, t).emulated for j in jobs for t in j.instance_types)
-        if emulated:
-            splits = ("loco", "lomo-1node") if quick else ("loco", "lomo-1node", "loio")
-        else:
-            real_jobs += jobs
-            splits = ("lomo-1gpu", "nodes>4") if quick else ("lomo-1gpu", "lomo-1node", "loro", "nodes>4", "loio")
-        prefix = f"{Path(path).name}/" if len(paths) > 1 else ""
-        v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda s, p=prefix: click.echo(p + s, err=True),
-                   collectives=load_collectives([path]), prefix=prefix, report=report,
-                   allreduce=() if emulated else allreduce)
-    checks, comm_notes = [], []
-    if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
-        click.echo("allreduce: nccl-tests rows against the communication model", err=True)
-        cat = Catalog.default()
-        scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
-        checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
-    transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs: Gavel, Lambda
-    if (m.ROOT / "profiles" / "h200").exists():  # the examples on an H200 (make gpu-check), three batches each
-        batch_jobs["h200"] = load_corpus([str(m.ROOT / "profiles" / "h200")])
-    batch_checks = v.validate_batch_scaling(batch_jobs)
-    cpu_gpu: list = []
-    if (m.ROOT / "profiles" / "cpu").exists() and (m.ROOT / "profiles" / "h200").exists():
-        click.echo("cpu-to-gpu: the examples' GPU steps from their CPU profiles, leave one model out", err=True)
-        shipped = m.shipped_model()
-        cpu_gpu = cpu_to_gpu.validate_cpu_to_gpu(m.ROOT / "profiles" / "cpu", m.ROOT / "profiles" / "h200",
-                                                 Catalog.default(), m.load(shipped) if shipped else m.default_predictor())
+    done = api.validate(corpus, quick, say=lambda line: click.echo(line, err=True))
+    report, checks, comm_notes = done.report, done.allreduce, done.allreduce_notes
+    transfer, transfer_notes, batch_checks, cpu_gpu = (done.gpu_transfer, done.gpu_transfer_notes,
+                                                       done.batch_scaling, done.cpu_to_gpu)
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
     root = m.ROOT
     rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
