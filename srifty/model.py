@@ -1079,7 +1079,8 @@ MODEL_REVISION = 3
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.solver.PREDICTION_CODE).
 MODEL_CODE = tuple(Path(__file__).resolve().parent / f
-                   for f in ("features.py", "simulate.py", "model.py", "opmodel.py", "data/gpu_step_model.json",
+                   for f in ("features/builder.py", "features/hardware.py", "features/job.py", "features/links.py",
+                             "features/measured.py", "simulate.py", "model.py", "opmodel.py", "data/gpu_step_model.json",
                              "data/gpu_specs.csv",
                              "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))
 

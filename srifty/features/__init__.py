@@ -1,0 +1,38 @@
+"""Features of a (job, cluster configuration, per-worker batch) for the latency model.
+
+A :class:`JobProfile` gathers what srifty knows about one model from its profiles (measured runs,
+compute time per worker at each batch on each profiled instance type, gradient bytes and
+buckets; ``job``). :class:`FeatureBuilder` turns (configuration, batch) into the simulator's
+estimate plus the numbers the learned residual model reads (``builder``), from the hardware of
+each type (``hardware``) and what its links achieve (``links``); measured collectives fit those
+links (``measured``).
+
+Compute on an instance type comes from single-worker runs on it (interpolated over batch sizes,
+bounded beyond them). On a GPU type never profiled it comes from the operator count of a CPU
+profile (srifty.opmodel), or is transferred from a profiled GPU type by the ratio of GPU speeds,
+or from an emulated type by measured CPU factors, and the row is marked ``transferred``.
+"""
+
+from srifty.features.builder import (FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE, REGIME_FEATURES,
+                                     RESIDUAL_FEATURES, FeatureBuilder, RowEstimate, busy_peers,
+                                     gradient_estimated_note, loose_profile_note)
+from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
+                                      HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S, Hardware,
+                                      hardware_of, median_gbytes_per_tflop, transfer_speeds)
+from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve, JobProfile, Run, job_from_profiles,
+                                 load_corpus, load_job, run_config)
+from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL_AWS_FLOWS, PLACEMENT_GROUP_FLOW_GBPS,
+                                   PRIOR_NETWORK_SPREAD, TBF_GOODPUT, LinkScale, mixed_ring_slowest_hosts)
+from srifty.features.measured import AllreduceRow, CollectivePoint, load_allreduce_rows, load_collectives
+
+__all__ = [
+    "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
+    "FeatureBuilder", "RowEstimate", "busy_peers", "gradient_estimated_note", "loose_profile_note",
+    "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
+    "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",
+    "median_gbytes_per_tflop", "transfer_speeds", "BYTES_PER_PARAM", "LOOSE_PROFILE_CI", "ComputeCurve",
+    "JobProfile", "Run", "job_from_profiles", "load_corpus", "load_job", "run_config", "FLOW_GBPS",
+    "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",
+    "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "AllreduceRow", "CollectivePoint",
+    "load_allreduce_rows", "load_collectives",
+]

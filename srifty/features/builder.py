@@ -1,0 +1,473 @@
+"""The feature row of a (configuration, per-worker batch) for one job: the simulator's estimate
+and the numbers the residual model reads (:class:`FeatureBuilder`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from srifty import simulate
+from srifty.configspec import ClusterConfig
+from srifty.errors import SriftyError
+from srifty.opmodel import GpuStepModel, shipped_step_model, step_terms
+from srifty.features.hardware import Hardware, hardware_of, transfer_speeds
+from srifty.features.job import LOOSE_PROFILE_CI, ComputeCurve, JobProfile, _bytes_per_param
+from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
+from srifty.simulate import Link
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from srifty.catalog import Catalog
+
+# A GPU step below this share of its spec FLOPS (forward + backward = 3 x the counted forward) is
+# said to be launch-bound in warnings: on the H200 (profiles/h200, docs/gpu-check.md) cnn_resnet and
+# mlp_recsys reach 0.1-3% at every batch and hardly grow with it, transformer_lm 6% at batch 8, 20%
+# at 32 and 45% at 128, growing 1.7x from 32 to 128. A judgment for a warning, not a model input.
+LAUNCH_BOUND_PEAK_SHARE = 0.10
+
+FEATURES = [
+    "log_sim_ms", "log_compute_ms", "log_allreduce_ms", "comm_to_compute", "exposed_to_compute",
+    "nodes", "world_size", "max_workers_per_node", "min_workers_per_node", "imbalance", "n_types",
+    "log_grad_mb", "grad_bytes_estimated", "log_local_batch", "log_compute_per_sample_ms",
+    "inter_gbytes_per_s", "intra_gbytes_per_s", "gpu_fp32_tflops", "gpu_mem_gbytes_per_s", "transferred",
+    "emulated", "cpu_load",
+]
+
+# said of a multi-worker estimate for a job whose gradient size srifty cannot know
+GRADIENT_UNKNOWN_NOTE = ("gradient size unknown: communication not simulated, so the figure is compute alone and "
+                         "the interval spans the slowdowns the training corpus's multi-worker runs showed; give "
+                         "param_count or grad_bytes when importing (srifty profile records them)")
+
+
+def gradient_estimated_note(grad_bytes: float) -> str:
+    """Said of a multi-worker estimate for a job whose gradient size srifty inferred from its
+    single-node sync times (FeatureBuilder._resolve_grad_bytes) instead of reading it."""
+    return (f"gradient size estimated from the profile's single-node sync times ({grad_bytes / 1e6:.3g} MB), not "
+            "stated: communication is simulated on that guess, and models known this way were predicted far less "
+            "accurately when held out (docs/ACCURACY.md, Pollux deepspeech2 and ncf); give param_count or grad_bytes "
+            "when importing (srifty profile records them)")
+
+
+# What the residual model reads: scale-free, model-agnostic quantities only. Absolute sizes
+# (gradient MB, ms per sample, batch) identify the few training models and do not transfer.
+RESIDUAL_FEATURES = [
+    "comm_to_compute", "exposed_to_compute", "nodes", "world_size", "max_workers_per_node",
+    "min_workers_per_node", "imbalance", "n_types", "inter_gbytes_per_s", "intra_gbytes_per_s",
+    "grad_bytes_estimated", "transferred",
+]
+# Emulated hosts share one machine: the configuration's total CPU share over the machine's cores
+# (oversubscription slows every host beyond its quota; docs/emulated-cluster.md, "Limits").
+REGIME_FEATURES = {"real": RESIDUAL_FEATURES, "emulated": RESIDUAL_FEATURES + ["cpu_load"]}
+
+
+def loose_profile_note(model: str, instance_type: str, rel_ci: float) -> str:
+    """The warning for a prediction built on a profile looser than LOOSE_PROFILE_CI."""
+    return (f"{model}'s profile on {instance_type} knows its step time to ±{rel_ci:.0%} only (95% CI): "
+            "intervals built on it are widened by that; re-profile with a longer --max-seconds")
+
+
+@dataclass
+class RowEstimate:
+    features: dict[str, float]
+    sim_ms: float
+    compute_ms: float
+    transferred: bool
+    notes: list[str]
+    compute_rel_ci: float = 0.0  # the loosest measurement behind the compute times used (relative CI half-width)
+    loose_notes: tuple[str, ...] = ()  # the notes (among ``notes``) that say so
+    # (least, most) compute over the estimate's, as ratios (ComputeCurve.bounds); (1, 1) where every
+    # worker's batch was measured
+    batch_bounds: tuple[float, float] = (1.0, 1.0)
+    by_operators: bool = False  # some worker's compute comes from the operator model (srifty.opmodel)
+
+
+class FeatureBuilder:
+    """Features of (configuration, per-worker batch) rows for one job on one catalog."""
+
+    def __init__(self, job: JobProfile, catalog: "Catalog", link_scale: "LinkScale | None" = None,
+                 step_model: GpuStepModel | None = None) -> None:
+        self.job = job
+        self.catalog = catalog
+        self.link_scale = link_scale or LinkScale()
+        # carries a CPU profile's operator count to GPUs (srifty.opmodel); the shipped one by default
+        self.step_model = step_model or shipped_step_model()
+        self._by_operators: dict[str, bool] = {}
+        self._workers: dict[tuple[str, float], tuple] = {}
+        self._hw: dict[str, Hardware] = {}
+        self._node_intra: dict[str, Link] = {}
+        self._curves: dict[str, ComputeCurve | None] = {}
+        self._sources: dict[str, str | None] = {}
+        self._rel_ci: dict[str, float | None] = {}
+        self._estimates: dict[tuple[str, float], RowEstimate] = {}
+        self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
+
+    def hardware(self, name: str) -> Hardware:
+        if name not in self._hw:
+            self._hw[name] = self.link_scale.apply(hardware_of(self.catalog, name))
+        return self._hw[name]
+
+    def node_intra(self, name: str) -> Link:
+        """The intra-node link of a ring that stays on one node of ``name`` (LinkScale.within_node)."""
+        if name not in self._node_intra:
+            self._node_intra[name] = self.link_scale.within_node(hardware_of(self.catalog, name), self.hardware(name))
+        return self._node_intra[name]
+
+    def curve(self, name: str) -> ComputeCurve | None:
+        if name not in self._curves:
+            self._curves[name] = self.job.compute_curve(name)
+        return self._curves[name]
+
+    def _resolve_grad_bytes(self) -> tuple[float | None, bool]:
+        job = self.job
+        if job.grad_bytes:
+            return float(job.grad_bytes), False
+        if job.param_count:
+            return float(job.param_count * _bytes_per_param(job.precision)), False
+        # Estimate from single-node multi-worker runs with sync times: ring algebra inverted.
+        est = []
+        for r in job.runs:
+            if r.nodes == 1 and r.world_size > 1 and r.sync_ms:
+                hw = self.hardware(r.instance_type)
+                p = r.world_size
+                t = r.sync_ms / 1e3 - 2 * (p - 1) * hw.intra.latency_us * 1e-6
+                if t > 0:
+                    est.append(t * hw.intra.gbytes_per_s * 1e9 / (2 * (p - 1) / p))
+        if est:
+            est.sort()
+            return est[len(est) // 2], True
+        return None, True
+
+    def _speeds(self, a: str, b: str) -> tuple[float, float] | None:
+        """Relative compute speeds of types ``a`` and ``b`` on one basis: the measured CPU factors
+        of emulated types when both have one (speed = 1/factor), else the hardware figures."""
+        fa, fb = self.job.cpu_factors.get(a), self.job.cpu_factors.get(b)
+        if fa and fb:
+            return 1.0 / fa, 1.0 / fb
+        sa, sb = transfer_speeds(self.hardware(a), self.hardware(b), self.job.precision)
+        if sa is None or sb is None:
+            return None
+        return sa, sb
+
+    def _transfer(self, instance_type: str, batch: float, curve_of: Callable[[str], ComputeCurve | None]
+                  ) -> tuple[float, str] | None:
+        best = None
+        for src in self.job.instance_types:
+            sc = curve_of(src)
+            sp = self._speeds(src, instance_type)
+            if sc is None or sp is None:
+                continue
+            cand = (abs(math.log(sp[0] / sp[1])), src, sc.at(batch) * sp[0] / sp[1])
+            best = min(best, cand) if best else cand
+        return (best[2], best[1]) if best else None
+
+    def by_operators(self, instance_type: str) -> bool:
+        """Whether ``instance_type``'s compute comes from the operator model (srifty.opmodel): a GPU
+        type nobody profiled, for a job profiled on CPUs only whose profile counted its operators
+        (a GPU profile is carried to other GPUs by the speed ratio instead)."""
+        if instance_type not in self._by_operators:
+            hw = self.hardware(instance_type)
+            gpu_profiled = any(self.catalog.has(t) and self.catalog.get(t).gpu_count > 0
+                               for t in self.job.instance_types)
+            self._by_operators[instance_type] = bool(
+                self.step_model is not None and self.job.operators is not None and not gpu_profiled
+                and self.curve(instance_type) is None and not hw.emulated
+                and hw.peak_tflops(self.job.precision) and hw.mem_gbytes_per_s)
+        return self._by_operators[instance_type]
+
+    def operator_step_ms(self, instance_type: str, batch: float) -> tuple[float, float]:
+        """(compute, post) ms of one step at ``batch`` on ``instance_type`` by the operator model."""
+        hw = self.hardware(instance_type)
+        terms = step_terms(self.job.operators, batch, hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s,
+                           self.job.host_input_ms_per_sample * batch)
+        return self.step_model.split_ms(terms)
+
+    def operator_note(self, instance_type: str) -> str:
+        gpu = self.catalog.get(instance_type).gpu_name
+        lo, hi = self.step_model.log_bounds(gpu)
+        fitted = ", ".join(sorted(self.step_model.gpus))
+        return (f"compute on {instance_type} predicted from the operators the CPU profile counted (kernel launches, "
+                f"arithmetic and memory traffic on {gpu}'s spec figures; fixed costs fitted on {fitted} measurements"
+                + ("" if gpu in self.step_model.gpus else f", none on {gpu}") +
+                f"): the interval spans x{math.exp(lo):.2f} to x{math.exp(hi):.2f} of it; profile on {instance_type} "
+                "for a measured figure")
+
+    def compute_source(self, instance_type: str) -> str | None:
+        """The profiled type whose compute curve ``instance_type``'s compute comes from: itself when
+        profiled, else the one it is transferred from (None: neither); once per type, as the
+        choice depends on the types' speeds, not on the batch."""
+        if instance_type not in self._sources:
+            if self.curve(instance_type) is not None:
+                self._sources[instance_type] = instance_type
+            else:
+                got = self._transfer(instance_type, 1.0, self.curve)
+                self._sources[instance_type] = got[1] if got else None
+        return self._sources[instance_type]
+
+    def profiled_range(self, instance_type: str) -> tuple[float, float]:
+        """The least and most batch ``instance_type``'s compute was measured at ((0, 0): none)."""
+        src = self.compute_source(instance_type)
+        curve = self.curve(src) if src else None
+        return curve.batch_range if curve else (0.0, 0.0)
+
+    def profiled_batches(self, instance_type: str) -> str:
+        """'batch B profiled on T' / 'batches B0-B1 profiled on T': what ``instance_type``'s compute was measured at."""
+        b0, b1 = self.profiled_range(instance_type)
+        if not b1:
+            return "no profiled batch"
+        return (f"batch {b0:g}" if b0 == b1 else f"batches {b0:g}-{b1:g}") + \
+            f" profiled on {self.compute_source(instance_type)}"
+
+    def peak_share(self, instance_type: str, batch: float) -> float | None:
+        """The share of its GPU's spec FLOPS that ``instance_type``'s compute source reaches at
+        ``batch``: forward + backward taken as 3 x the forward FLOPs the profiler counted, over the
+        compute curve's time (None: no FLOP count, no curve, or no GPU spec, e.g. CPU hosts)."""
+        src = self.compute_source(instance_type)
+        fpps = self.job.forward_flops_per_sample
+        if src is None or not fpps:
+            return None
+        peak = self.hardware(src).peak_tflops(self.job.precision)
+        if not peak or self.hardware(src).emulated:
+            return None
+        return 3.0 * fpps * batch / (self.curve(src).at(batch) / 1e3) / (peak * 1e12)
+
+    def launch_bound_note(self, instance_type: str, batch: float) -> str:
+        """'' or the clause saying that the profiled step (at the profiled batch nearest ``batch``) is
+        far below its GPU's peak."""
+        b0, b1 = self.profiled_range(instance_type)
+        share = self.peak_share(instance_type, min(max(batch, b0), b1))
+        if share is None or share >= LAUNCH_BOUND_PEAK_SHARE:
+            return ""
+        return (f" (the profiled step reaches {share:.1%} of {self.compute_source(instance_type)}'s spec FLOPS: kernel "
+                "launches and the host more than the GPU's arithmetic set its time, so it changes less than a "
+                "FLOPS-based ratio or the batch says)")
+
+    def batch_bounds(self, instance_type: str, batch: float) -> tuple[tuple[float, float], str | None]:
+        """(least, most) compute at ``batch`` over the estimate, as ratios (ComputeCurve.bounds of
+        ``instance_type``'s curve, or of the type its compute is transferred from), and the warning
+        where ``batch`` lies outside the batches measured there."""
+        if self.by_operators(instance_type):  # the operator model's own interval, at any batch
+            lo, hi = self.step_model.log_bounds(self.catalog.get(instance_type).gpu_name)
+            return (math.exp(lo), math.exp(hi)), None
+        src = self.compute_source(instance_type)
+        curve = self.curve(src) if src else None
+        if curve is None:
+            return (1.0, 1.0), None
+        bounds, at = curve.bounds(batch), curve.at(batch)
+        if curve.covers(batch):
+            return (bounds[0] / at, bounds[1] / at), None
+        note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
+                f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
+                f"interval takes that in; profile at batch {batch:g} for a measured figure"
+                # a transferred type's compute note already carries the launch-bound clause
+                + (self.launch_bound_note(instance_type, batch) if src == instance_type else ""))
+        return (bounds[0] / at, bounds[1] / at), note
+
+    def compute_ms(self, instance_type: str, batch: float) -> tuple[float, bool, str | None]:
+        """Per-worker compute at ``batch`` on ``instance_type`` and whether it was transferred.
+
+        A type with a measured (single-worker) profile uses it; only a type never profiled is
+        transferred from the nearest profiled one by the speed ratio (see :meth:`_speeds`).
+        """
+        c = self.curve(instance_type)
+        if c is not None:
+            return c.at(batch), False, None
+        if self.by_operators(instance_type):
+            return self.operator_step_ms(instance_type, batch)[0], True, self.operator_note(instance_type)
+        got = self._transfer(instance_type, batch, self.curve)
+        if got is None:
+            raise SriftyError(
+                f"Cannot transfer {self.job.model}'s compute time to {instance_type}: no spec figures to compare "
+                f"it with {', '.join(self.job.instance_types)}.",
+                f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
+        if self.job.cpu_factors.get(instance_type):
+            return got[0], True, f"compute on {instance_type} transferred from {got[1]} by measured CPU factor ratio"
+        measured = all(self.hardware(t).speed_factor(self.job.precision) for t in (instance_type, got[1]))
+        return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio"
+                              + (" with measured GPU speed factors" if measured else "") + ", a rough "
+                              "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
+                              f"miss); profile on {instance_type} for a measured figure"
+                              + self.launch_bound_note(instance_type, batch))
+
+    def post_ms(self, instance_type: str, batch: float) -> float:
+        """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""
+        c = self.post_ms_curve(instance_type)
+        if c is not None:
+            return c.at(batch)
+        if self.curve(instance_type) is None and self.by_operators(instance_type):
+            return self.operator_step_ms(instance_type, batch)[1]
+        got = self._transfer(instance_type, batch, self.post_ms_curve)
+        return got[0] if got else 0.0
+
+    def rel_ci(self, instance_type: str) -> float | None:
+        if instance_type not in self._rel_ci:
+            self._rel_ci[instance_type] = self.job.compute_rel_ci(instance_type)
+        return self._rel_ci[instance_type]
+
+    def post_ms_curve(self, instance_type: str) -> ComputeCurve | None:
+        key = "post:" + instance_type
+        if key not in self._curves:
+            self._curves[key] = self.job.post_curve(instance_type)
+        return self._curves[key]
+
+    def estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
+        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker.
+
+        Synchronous data parallelism runs at the pace of the slowest worker: its forward and
+        backward set when buckets become ready (a faster worker waits inside its allreduce),
+        and its optimizer/other time follows the last allreduce.
+        """
+        wpn_all: list[int] = []
+        cycles, transferred, notes = [], False, []
+        hws = []
+        loosest, loose_notes = 0.0, []
+        batch_low, batch_high = 1.0, 1.0
+        for g in config.groups:
+            hw = self.hardware(g.instance_type)
+            hws.append(hw)
+            wpn = g.workers_per_node or hw.slots
+            wpn_all.extend([wpn] * g.count)
+            ci = self.rel_ci(g.instance_type)
+            if ci is not None and ci > LOOSE_PROFILE_CI:
+                loosest = max(loosest, ci)
+                note = loose_profile_note(self.job.model, g.instance_type, ci)
+                if note not in notes:
+                    notes.append(note)
+                    loose_notes.append(note)
+            c, t, note, post, (low, high), batch_note = self.worker(g.instance_type, local_batch_size)
+            cycles.append((c + post, c))
+            transferred |= t
+            batch_low, batch_high = min(batch_low, low), max(batch_high, high)
+            for n in (note, batch_note):
+                if n and n not in notes:
+                    notes.append(n)
+        step_alone, compute = max(cycles)  # the slowest worker
+        post = step_alone - compute
+        intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
+        inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
+        if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
+            intra = self.node_intra(config.groups[0].instance_type)
+        emulated = all(h.emulated for h in hws)
+        if emulated and len(wpn_all) > 1:
+            rates = [self.catalog.get(g.instance_type).emulation.bandwidth_mbit for g in config.groups
+                     for _ in range(g.count)]
+            inter = Link(inter.gbytes_per_s * self.link_scale.mixed_ring_factor(rates), inter.latency_us)
+        if emulated and max(wpn_all) == 1:
+            # CPU workers send from host memory: with one worker per host no intra-host hop is on
+            # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
+            intra = inter
+        gb = self.grad_bytes
+        if gb:
+            buckets = self.job.bucket_bytes if self.job.bucket_bytes else simulate.bucket_layout(gb)
+            if self.job.bucket_bytes and abs(sum(buckets) - gb) > 0.01 * gb:
+                buckets = simulate.bucket_layout(gb)
+            fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
+            def simulated(inter: Link) -> simulate.SimResult:
+                return simulate.simulate_iteration(
+                    compute, buckets, wpn_all, intra, inter,
+                    self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs, optimizer_ms=post,
+                    overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
+                                      if emulated else 0.0),
+                    hierarchical=all(h.hierarchical_allreduce for h in hws))
+
+            sim = simulated(inter)
+            prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
+            if len(wpn_all) > 1 and prior:
+                # a network nobody measured may be PRIOR_NETWORK_SPREAD times slower or faster than
+                # its prior: the step at the slower network, and without that share of its exposed
+                # communication at the faster one
+                k = PRIOR_NETWORK_SPREAD
+                slow_ms = simulated(Link(inter.gbytes_per_s / k, inter.latency_us)).iteration_ms
+                exposed = max(sim.iteration_ms - step_alone, 0.0) / sim.iteration_ms
+                net_low, net_high = 1.0 - exposed * (1.0 - 1.0 / k), slow_ms / sim.iteration_ms
+                batch_low, batch_high = batch_low * net_low, batch_high * net_high
+                note = (f"the network between {', '.join(dict.fromkeys(prior))} nodes was never measured: its "
+                        f"bandwidth is a prior from the instance's rate and AWS's per-flow limit (latency-model.md, "
+                        f"section 3), and the interval spans x{net_low:.2f} to x{net_high:.2f} of the step for it; "
+                        "`srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, "
+                        "for a model fitted with that profile in its corpus (`srifty fit`)")
+                if note not in notes:
+                    notes.append(note)
+            if self.grad_bytes_estimated and sum(wpn_all) > 1:
+                notes.append(gradient_estimated_note(gb))
+        else:
+            sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
+            if sum(wpn_all) > 1:
+                notes.append(GRADIENT_UNKNOWN_NOTE)
+        slow = min(hws, key=lambda h: h.speed_for(self.job.precision) or float("inf"))
+        compute = step_alone  # features and baselines read the slowest worker's whole step alone
+        feats = {
+            "log_sim_ms": math.log(sim.iteration_ms),
+            "log_compute_ms": math.log(compute),
+            "log_allreduce_ms": math.log1p(sim.allreduce_ms),
+            "comm_to_compute": sim.allreduce_ms / compute,
+            "exposed_to_compute": sim.exposed_comm_ms / compute,
+            "nodes": float(len(wpn_all)),
+            "world_size": float(sum(wpn_all)),
+            "max_workers_per_node": float(max(wpn_all)),
+            "min_workers_per_node": float(min(wpn_all)),
+            "imbalance": max(wpn_all) / (sum(wpn_all) / len(wpn_all)),
+            "n_types": float(len({g.instance_type for g in config.groups})),
+            "log_grad_mb": math.log(gb / 2**20) if gb else float("nan"),
+            "grad_bytes_estimated": float(self.grad_bytes_estimated) if gb else float("nan"),
+            "log_local_batch": math.log(local_batch_size),
+            "log_compute_per_sample_ms": math.log(compute / local_batch_size),
+            "inter_gbytes_per_s": inter.gbytes_per_s,
+            "intra_gbytes_per_s": intra.gbytes_per_s,
+            "gpu_fp32_tflops": slow.fp32_tflops if slow.fp32_tflops else float("nan"),
+            "gpu_mem_gbytes_per_s": slow.mem_gbytes_per_s if slow.mem_gbytes_per_s else float("nan"),
+            "transferred": float(transferred),
+            "emulated": float(emulated),  # selects the residual model's regime
+            "cpu_load": (sum(h.cpu_share * g.count for h, g in zip(hws, config.groups)) / self.job.machine_cores
+                         if all(h.emulated and h.cpu_share for h in hws) and self.job.machine_cores else float("nan")),
+        }
+        for h in hws:
+            notes.extend(n for n in h.notes if n not in notes)
+        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
+                           (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups))
+
+    def worker(self, instance_type: str, batch: float) -> tuple[float, bool, str | None, float,
+                                                                tuple[float, float], str | None]:
+        """One worker of ``instance_type`` at ``batch``: (compute, transferred, its note, post, its
+        bounds, their note), once per (type, batch) for this builder (every node count and mix that
+        holds the type shares them)."""
+        key = (instance_type, float(batch))
+        if key not in self._workers:
+            c, t, note = self.compute_ms(instance_type, batch)
+            self._workers[key] = (c, t, note, self.post_ms(instance_type, batch),
+                                  *self.batch_bounds(instance_type, batch))
+        return self._workers[key]
+
+    def row_estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
+        """:meth:`estimate`, once per distinct (configuration, batch) for this builder (its profile,
+        catalog and link figures are fixed, so the estimate is too)."""
+        key = (config.format(), float(local_batch_size))
+        if key not in self._estimates:
+            self._estimates[key] = self.estimate(config, local_batch_size)
+        return self._estimates[key]
+
+    def frame(self, rows: Sequence[tuple[ClusterConfig, float]]) -> "pd.DataFrame":
+        """Feature table (plus sim_ms, compute_ms, transferred) for many rows, each distinct row once."""
+        return self.frame_of([self.row_estimate(config, b) for config, b in rows])
+
+    @staticmethod
+    def frame_of(estimates: Sequence[RowEstimate]) -> "pd.DataFrame":
+        """The feature table of estimates already made (:meth:`row_estimate`), one row each."""
+        import pandas as pd
+
+        out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
+                "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1],
+                "by_operators": float(est.by_operators)} for est in estimates]
+        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators"])
+
+
+def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:
+    """How many of the slowest host's peers compute alongside it: each peer counts for the share of
+    the slowest host's step it spends computing (its step alone / the slowest one's).
+    ``cycles``: (step alone, compute) of each of ``config``'s groups. A peer that has finished its
+    backward waits inside the allreduce and leaves the machine's cores to the others, so a fast
+    host slows a slow one's overlapped backward less than a peer of its own speed does."""
+    steps = [c[0] for g, c in zip(config.groups, cycles) for _ in range(g.count)]
+    slowest = max(steps)
+    return (sum(steps) - slowest) / slowest

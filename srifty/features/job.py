@@ -1,0 +1,362 @@
+"""What srifty knows about one model from its profiles (:class:`JobProfile`), read from profile
+files and corpora."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from srifty.configspec import ClusterConfig, from_placement
+from srifty.errors import SriftyError
+from srifty.opmodel import OperatorCounts
+
+LOOSE_PROFILE_CI = 0.05  # a profile whose median step time is known to worse than ±5% (95% CI) is flagged
+BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: placement, per-worker batch, step time and (when known) sync time."""
+
+    instance_type: str
+    workers_per_node: tuple[int, ...]
+    local_batch_size: int
+    step_ms: float
+    sync_ms: float | None = None
+    post_ms: float | None = None  # optimizer + other (after the allreduces), when the profile splits it
+    config: str | None = None  # the full configuration when it mixes instance types (e.g. 1xemu.medium+1xemu.small)
+    rel_ci: float | None = None  # half-width of the step time's 95% confidence interval / median, when measured
+
+    @property
+    def mixed(self) -> bool:
+        return self.config is not None and "+" in self.config and len(
+            {g.split("x", 1)[-1].split(":")[0] for g in self.config.split("+")}) > 1
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.workers_per_node)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.workers_per_node)
+
+
+@dataclass(frozen=True)
+class ComputeCurve:
+    """Per-worker compute time (ms) at a per-worker batch, from measured points."""
+
+    batches: tuple[float, ...]
+    times_ms: tuple[float, ...]
+
+    @classmethod
+    def from_points(cls, points: Iterable[tuple[float, float]]) -> "ComputeCurve":
+        by_b: dict[float, list[float]] = {}
+        for b, t in points:
+            by_b.setdefault(float(b), []).append(float(t))
+        bs = sorted(by_b)
+        ts = [sorted(by_b[b])[len(by_b[b]) // 2] for b in bs]
+        return cls(tuple(bs), tuple(ts))
+
+    def at(self, batch: float) -> float:
+        """Linear between measured batches; outside them, the nearest segment's line kept within
+        :meth:`bounds`; from a single measured batch, proportional to the batch (right for a
+        saturated device, the top of the bounds above the measured batch: docs/latency-model.md,
+        "Compute at another batch", has how far it misses elsewhere)."""
+        bs, ts = self.batches, self.times_ms
+        if len(bs) == 1:
+            return ts[0] * batch / bs[0]
+        if batch <= bs[0]:
+            i = 0
+        elif batch >= bs[-1]:
+            i = len(bs) - 2
+        else:
+            i = max(j for j in range(len(bs) - 1) if bs[j] <= batch)
+        slope = (ts[i + 1] - ts[i]) / (bs[i + 1] - bs[i])
+        value = ts[i] + slope * (batch - bs[i])
+        floor = min(ts) * min(1.0, batch / bs[0]) * 0.5  # never below half the per-sample rate seen
+        value = max(value, floor, 1e-6)
+        if self.covers(batch):
+            return value
+        low, high = self.bounds(batch)
+        return min(max(value, low), high)
+
+    def covers(self, batch: float) -> bool:
+        """Whether ``batch`` lies within the measured batches (measured or interpolated)."""
+        return self.batches[0] <= batch <= self.batches[-1]
+
+    def bounds(self, batch: float) -> tuple[float, float]:
+        """(least, most) compute time at ``batch``. A larger batch never takes less time than a
+        smaller one, nor more time per sample (the device is at least as busy): above the largest
+        measured batch b1 (time t1) the time lies in [t1, t1 * batch / b1], below the smallest, b0
+        (t0), in [t0 * batch / b0, t0], and between two measured batches within both neighbours'
+        bounds (widened to take in the interpolated time where noisy measurements contradict them)."""
+        bs, ts = self.batches, self.times_ms
+        if batch > bs[-1]:
+            return ts[-1], ts[-1] * batch / bs[-1]
+        if batch < bs[0]:
+            return ts[0] * batch / bs[0], ts[0]
+        i = max(j for j in range(len(bs)) if bs[j] <= batch)
+        if bs[i] == batch:
+            return ts[i], ts[i]
+        low = max(ts[i], ts[i + 1] * batch / bs[i + 1])
+        high = min(ts[i] * batch / bs[i], ts[i + 1])
+        value = self.at(batch)
+        return min(low, high, value), max(low, high, value)
+
+    @property
+    def batch_range(self) -> tuple[float, float]:
+        return self.batches[0], self.batches[-1]
+
+
+@dataclass
+class JobProfile:
+    """Everything srifty knows about one model (job), from one or more profiles."""
+
+    model: str
+    runs: list[Run]
+    param_count: int | None = None
+    grad_bytes: int | None = None
+    precision: str | None = None
+    backward_fraction: float | None = None
+    bucket_bytes: list[float] | None = None
+    ready_fractions: list[float] | None = None
+    sources: list[str] = field(default_factory=list)
+    cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
+    machine_cores: float | None = None  # emulated hosts: cores of the machine they share
+    forward_flops_per_sample: float | None = None  # counted by the profiler (torch.utils.flop_counter)
+    operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
+    script: str | None = None  # the training script the profiles ran (as recorded)
+    script_args: tuple[str, ...] = ()  # its arguments (as recorded)
+    host_input_ms_per_sample: float = 0.0  # the host's time loading a batch, per sample, where operators were counted
+
+    @property
+    def instance_types(self) -> list[str]:
+        """Types with runs of their own (a mixed run does not profile any one type)."""
+        return sorted(self._runs_by_type())
+
+    def _index(self, name: str, build: Callable[[list[Run]], Any]) -> Any:
+        """``build(runs)``, built once for this list of runs (again if the list is replaced or
+        grows): validation and prediction look runs up per row, over thousands of runs."""
+        cached = self.__dict__.get(name)
+        if cached is None or cached[0] is not self.runs or cached[1] != len(self.runs):
+            cached = (self.runs, len(self.runs), build(self.runs))
+            self.__dict__[name] = cached
+        return cached[2]
+
+    def _runs_by_type(self) -> dict[str, list[Run]]:
+        """The runs of each type alone (mixed runs left out)."""
+        def build(runs: list[Run]) -> dict[str, list[Run]]:
+            table: dict[str, list[Run]] = {}
+            for r in runs:
+                if not r.mixed:
+                    table.setdefault(r.instance_type, []).append(r)
+            return table
+
+        return self._index("_by_type", build)
+
+    def restricted(self, keep: Callable[[Run], bool], forget_size: bool = False) -> "JobProfile":
+        """The same job seeing only the runs ``keep`` accepts (for held-out validation)."""
+        out = replace(self, runs=[r for r in self.runs if keep(r)])
+        if forget_size:
+            out = replace(out, param_count=None, grad_bytes=None, bucket_bytes=None, ready_fractions=None)
+        return out
+
+    def compute_curve(self, instance_type: str) -> ComputeCurve | None:
+        runs = self._runs_by_type().get(instance_type, [])
+        if not runs:
+            return None
+        smallest = min(r.world_size for r in runs)
+        pts = [(r.local_batch_size, r.step_ms - (r.sync_ms or 0.0) - (r.post_ms or 0.0)) for r in runs
+               if r.world_size == smallest and (smallest == 1 or r.sync_ms is not None)]
+        if not pts:  # multi-worker runs without sync times: their step time bounds compute from above
+            pts = [(r.local_batch_size, r.step_ms) for r in runs if r.world_size == smallest]
+        return ComputeCurve.from_points(pts)
+
+    def compute_rel_ci(self, instance_type: str) -> float | None:
+        """The loosest relative 95% CI half-width of the single-worker runs ``instance_type``'s
+        compute is read from (None when no profile states one)."""
+        cis = [r.rel_ci for r in self._runs_by_type().get(instance_type, [])
+               if r.world_size == 1 and r.rel_ci is not None]
+        return max(cis) if cis else None
+
+    def post_curve(self, instance_type: str) -> ComputeCurve | None:
+        """Optimizer + other time per step on ``instance_type`` (single-worker runs that split it)."""
+        pts = [(r.local_batch_size, r.post_ms) for r in self._runs_by_type().get(instance_type, [])
+               if r.world_size == 1 and r.post_ms is not None]
+        return ComputeCurve.from_points(pts) if pts else None
+
+    def measured_run(self, config: "ClusterConfig", local_batch_size: int) -> Run | None:
+        """The measured run (the median one) of exactly this configuration and per-worker batch:
+        the same hosts with the same workers each, in any order; None when never run."""
+        def hosts(c: "ClusterConfig") -> tuple[tuple[str, int], ...]:
+            return tuple(sorted((g.instance_type, int(g.workers_per_node or 0))
+                                for g in c.groups for _ in range(g.count)))
+
+        def build(all_runs: list[Run]) -> dict[tuple[Any, int], list[Run]]:
+            table: dict[tuple[Any, int], list[Run]] = {}
+            for r in all_runs:
+                table.setdefault((hosts(run_config(r)), r.local_batch_size), []).append(r)
+            return {k: sorted(v, key=lambda r: r.step_ms) for k, v in table.items()}
+
+        runs = self._index("_measured_index", build).get((hosts(config), local_batch_size))
+        return runs[len(runs) // 2] if runs else None
+
+    def measured(self, instance_type: str, workers_per_node: Sequence[int], local_batch_size: int) -> float | None:
+        """Median measured step time of exactly this placement and batch (placement order ignored)."""
+        run = self.measured_run(from_placement(instance_type, list(workers_per_node)), local_batch_size)
+        return run.step_ms if run else None
+
+    def measured_rel_ci(self, run: Run) -> float:
+        """A measured run's relative 95% CI half-width (0 where its profile states none): the
+        interval of a configuration that was measured as it is."""
+        return run.rel_ci if run.rel_ci is not None else 0.0
+
+
+def _bytes_per_param(precision: str | None) -> int:
+    return BYTES_PER_PARAM.get((precision or "fp32").lower(), 4)
+
+
+def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
+    """Merge profiles (srifty.profile.Profile) of one model into a :class:`JobProfile`."""
+    training = [p for p in profiles if p.kind == "training"]
+    if not training:
+        raise SriftyError("No training profile given (only collectives).", "Give a profile of the model's training job.")
+    models = sorted({p.model for p in training})
+    if len(models) > 1:
+        raise SriftyError(f"The profiles given describe several models ({', '.join(models)}).",
+                          "Give the profiles of one model (one file, or a directory holding one model's profiles).")
+    job = JobProfile(model=models[0], runs=[])
+    # single-worker profiles first: their split of forward/backward and bucket ready times are
+    # compute alone, not compute slowed by overlapping communication
+    training = sorted(training, key=lambda p: int((p.doc.get("cluster") or {}).get("world_size") or 1))
+    for p in training:
+        doc = p.doc
+        j = doc.get("job") or {}
+        job.param_count = job.param_count or j.get("param_count")
+        job.grad_bytes = job.grad_bytes or j.get("grad_bytes")
+        job.precision = job.precision or j.get("precision")
+        if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:
+            job.forward_flops_per_sample = float(j["forward_flops"]) / float(j["local_batch_size"])
+        if job.operators is None and j.get("operators"):
+            job.operators = OperatorCounts.from_json(j["operators"], j.get("local_batch_size"))
+            if job.operators is not None:
+                loading = float((((doc.get("summary") or {}).get("input_ms")) or {}).get("median") or 0.0)
+                job.host_input_ms_per_sample = loading / job.operators.batch_size
+        if not job.script and j.get("script"):
+            job.script, job.script_args = j["script"], tuple(j.get("args") or ())
+        job.sources.append(p.path or "(profile)")
+        cl = doc["cluster"]
+        itype = cl["instance_types"][0]
+        config = cl.get("config") if len(set(cl["instance_types"])) > 1 else None
+        if config is None and len(set(cl["instance_types"])) > 1:  # older profiles: rebuild it from the hosts
+            config = "+".join(f"1x{h['instance_type']}" for h in cl.get("hosts") or [])
+        for h in cl.get("hosts") or []:
+            f = (h.get("spec") or {}).get("cpu_factor")
+            if f and h.get("instance_type"):
+                job.cpu_factors.setdefault(h["instance_type"], float(f))
+            spec = h.get("spec") or {}
+            if spec.get("emulated") and (spec.get("usable_cpus") or spec.get("logical_cpus")):
+                job.machine_cores = job.machine_cores or float(spec.get("usable_cpus") or spec["logical_cpus"])
+        if doc.get("runs"):
+            for r in doc["runs"]:
+                job.runs.append(Run(itype, tuple(r["workers_per_node"]), int(r["local_batch_size"]),
+                                    float(r["step_time_ms"]), r.get("sync_time_ms")))
+            continue
+        s = doc.get("summary") or {}
+        if not s or not s.get("iteration_ms") or not j.get("local_batch_size"):
+            continue
+        it_ms = float(s["iteration_ms"]["median"])
+        exposed = float((s.get("exposed_comm_ms") or {}).get("median") or 0.0)
+        fwd = float((s.get("forward_ms") or {}).get("median") or 0.0)
+        bwd = float((s.get("backward_compute_ms") or {}).get("median") or 0.0)
+        post = None
+        if fwd + bwd > 0 and s.get("optimizer_ms"):
+            post = float(s["optimizer_ms"]["median"]) + float((s.get("other_ms") or {}).get("median") or 0.0)
+            post = min(post, max(it_ms - exposed - fwd - bwd, 0.0)) if it_ms > fwd + bwd else None
+        lo, hi = s["iteration_ms"].get("ci_low"), s["iteration_ms"].get("ci_high")
+        rel_ci = (float(hi) - float(lo)) / 2.0 / it_ms if lo is not None and hi is not None and it_ms > 0 else None
+        job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms, exposed,
+                            post, config, rel_ci))
+        if fwd + bwd > 0 and job.backward_fraction is None:
+            job.backward_fraction = bwd / (fwd + bwd)
+        buckets = [b for b in (s.get("buckets") or []) if b.get("bytes")]
+        if buckets and job.bucket_bytes is None:
+            buckets.sort(key=lambda b: (b.get("ready_ms") is None, b.get("ready_ms") or 0.0, -b["index"]))
+            job.bucket_bytes = [float(b["bytes"]) for b in buckets]
+            readies = [b.get("ready_ms") for b in buckets]
+            if all(r is not None for r in readies) and fwd + bwd > 0:
+                # ready_ms counts from the start of backward (docs/profile-format.md)
+                job.ready_fractions = [min(max(r / max(bwd, 1e-9), 0.0), 1.0) for r in readies]
+            if not job.grad_bytes:
+                job.grad_bytes = int(sum(job.bucket_bytes))
+    if not job.runs:
+        raise SriftyError(f"The profiles of {job.model} hold no measured iteration time.",
+                          "Re-record them with `srifty profile` (a complete run).")
+    return job
+
+
+def load_job(path: str | Path) -> JobProfile:
+    """One profile file, or a directory with one model's profiles (several instance types)."""
+    from srifty import profile as profile_mod
+
+    return job_from_profiles(profile_mod.load_many([str(path)]))
+
+
+def _profile_files(paths: Sequence[str | Path]) -> list[Any]:
+    """Profiles under ``paths``; other JSON files in a corpus directory (calibration.json,
+    anything without a ``schema_version``) are skipped, a broken profile still fails loudly."""
+    import json
+
+    from srifty import profile as profile_mod
+
+    out = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            out.extend(profile_mod.load_many([str(p)]))
+            continue
+        for f in sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")):
+            try:
+                head = json.loads(f.read_text())
+            except (OSError, ValueError):
+                head = {"schema_version": None}  # let the profile loader say what is wrong
+            if isinstance(head, dict) and "schema_version" in head:
+                out.append(profile_mod.load(f))
+    return out
+
+
+def load_corpus(paths: Sequence[str | Path]) -> list[JobProfile]:
+    """Training profiles under ``paths`` grouped by model (collectives profiles are skipped)."""
+    by_model: dict[str, list[Any]] = {}
+    for p in _profile_files(paths):
+        if p.kind == "training":
+            by_model.setdefault(p.model, []).append(p)
+    jobs = [job_from_profiles(ps) for _, ps in sorted(by_model.items())]
+    # A CPU factor is a property of the host type (measured by calibration), not of a job: every
+    # job may use the factors any profile in the corpus recorded, e.g. for a type it never ran on.
+    shared: dict[str, float] = {}
+    for j in jobs:
+        for t, f in j.cpu_factors.items():
+            shared.setdefault(t, f)
+    for j in jobs:
+        j.cpu_factors = {**shared, **j.cpu_factors}
+    return jobs
+
+
+def run_config(run: Run) -> ClusterConfig:
+    """The run's configuration with its workers per node (mixed runs keep every host's type)."""
+    if not run.mixed:
+        return from_placement(run.instance_type, run.workers_per_node)
+    from srifty.configspec import NodeGroup, parse_config
+
+    types = [g.instance_type for g in parse_config(run.config or "").groups for _ in range(g.count)]
+    if len(types) != len(run.workers_per_node):
+        raise SriftyError(f"Run configuration {run.config} does not match its {len(run.workers_per_node)} node(s).")
+    groups: list[NodeGroup] = []
+    for t, w in zip(types, run.workers_per_node):
+        if groups and groups[-1].instance_type == t and groups[-1].workers_per_node == w:
+            groups[-1] = NodeGroup(groups[-1].count + 1, t, w)
+        else:
+            groups.append(NodeGroup(1, t, int(w)))
+    return ClusterConfig(tuple(groups))

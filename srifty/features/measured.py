@@ -1,0 +1,79 @@
+"""Measured collectives: emulated allreduce sweeps (the emulated links' fit) and allreduces
+across nodes of real instance types (their network's fit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from srifty.features.job import _profile_files
+from srifty.features.links import mixed_ring_slowest_hosts
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One allreduce measurement across emulated hosts: bytes, world, configured bottleneck rate."""
+
+    config: str
+    nbytes: float
+    world: int
+    bottleneck_mbit: float
+    ms: float
+    # hosts at the slowest configured rate when the ring mixes rates; 0 when every link has one rate
+    slowest_hosts: int = 0
+
+
+
+def load_collectives(paths: Sequence[str | Path]) -> list[CollectivePoint]:
+    """Allreduce sweeps across emulated hosts (``cluster.launcher == 'emulated'``, 2+ nodes)."""
+    out = []
+    for p in _profile_files(paths):
+        if p.kind != "collectives":
+            continue
+        cl = p.doc.get("cluster") or {}
+        rates = [(h.get("spec") or {}).get("bandwidth_mbit") for h in cl.get("hosts") or []]
+        if cl.get("launcher") != "emulated" or not rates or not all(rates):
+            continue
+        config = cl.get("config") or "+".join(f"1x{h.get('instance_type')}" for h in cl.get("hosts") or [])
+        slowest = mixed_ring_slowest_hosts(rates)
+        for c in p.doc.get("collectives") or []:
+            if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms"):
+                out.append(CollectivePoint(config, float(c["bytes"]), int(c["world_size"]), float(min(rates)),
+                                           float(c["median_ms"]), slowest))
+    return out
+
+
+@dataclass(frozen=True)
+class AllreduceRow:
+    """One measured allreduce: ``nodes`` × ``gpus_per_node`` GPUs of ``instance_type``."""
+
+    instance_type: str
+    nodes: int
+    gpus_per_node: int
+    nbytes: float
+    us: float
+
+
+def load_allreduce_rows(paths: Sequence[str | Path], min_bytes: float = 1 << 20) -> list[AllreduceRow]:
+    """Allreduces of ``srifty profile --collectives`` across 2+ nodes of one real instance type (the
+    EC2 backend), messages of ``min_bytes`` or more: what the network of that type measured."""
+    out = []
+    for p in _profile_files(paths):
+        if p.kind != "collectives":
+            continue
+        cl = p.doc.get("cluster") or {}
+        types = set(cl.get("instance_types") or [])
+        if cl.get("launcher") == "emulated" or len(types) != 1 or int(cl.get("nodes") or 1) < 2:
+            continue
+        (itype,) = types
+        for c in p.doc.get("collectives") or []:
+            if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms") \
+                    and float(c["bytes"]) >= min_bytes:
+                wpn = c.get("workers_per_node") or [int(c["world_size"]) // int(c["nodes"])]
+                out.append(AllreduceRow(itype, int(c["nodes"]), int(max(wpn)), float(c["bytes"]),
+                                        float(c["median_ms"]) * 1e3))
+    return out
+
+
+# --------------------------------------------------------------------------- hardware
