@@ -51,12 +51,13 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="skops model file, 'simulator', or default (cached model)")
     a = ap.parse_args()
 
+    from srifty import oracle as oracles
     from srifty import solver
     from srifty.catalog import Catalog
 
     cat = Catalog.default()
-    job, mcat = solver.load_inputs([a.profile], cat)
-    oracle = _Memo(solver.ModelOracle(job, mcat, solver.load_predictor(a.model, print)))
+    job, mcat = oracles.load_inputs([a.profile], cat)
+    oracle = _Memo(oracles.ModelOracle(job, mcat, oracles.load_predictor(a.model, print)))
     print(f"machine: {os.cpu_count()} CPUs; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for n_max in sorted({16, a.max_nodes}):
         cons = solver.Constraints(budget_per_hour=100.0, max_nodes=n_max)

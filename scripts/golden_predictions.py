@@ -47,7 +47,7 @@ def predictions(model_path: Path | None = None) -> list[dict[str, Any]]:
     """Every setup predicted with the shipped model (or ``model_path``), as `srifty predict` does."""
     from srifty import model as m
     from srifty.configspec import parse_config
-    from srifty.solver import load_inputs
+    from srifty.oracle import load_inputs
 
     predictor = m.load(model_path or m.SHIPPED_MODEL)
     out = []

@@ -28,9 +28,9 @@ from srifty.plan import Plan, make_plan
 from srifty.plan import write_plan as write_plan_files
 from srifty.profile import Profile
 from srifty.profiling.launcher import ProfileRequest, get_backend
-from srifty.solver import (CachedOracle, Constraints, MeasurementAdvice, ModelOracle, Objective, PREDICTION_CODE,
-                           Result, default_model_path, file_identity, load_inputs, load_predictor,
-                           measurement_advice, solve)
+from srifty.oracle import (PREDICTION_CODE, CachedOracle, ModelOracle, default_model_path, file_identity,
+                           load_inputs, load_predictor)
+from srifty.solver import Constraints, MeasurementAdvice, Objective, Result, measurement_advice, solve
 
 __all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile", "predict",
            "recommend", "write_plan", "launch", "validate"]

@@ -21,7 +21,7 @@ from srifty.features import FeatureBuilder, load_job
 from srifty.model import Predictor, gpu_transfer_error, predict_table
 from srifty.opmodel import GpuStepModel, OperatorCounts, StepTerms, fit, step_terms
 from srifty.profile import Profile, load as load_profile
-from srifty.solver import ProfiledHostsCatalog, profiled_hosts
+from srifty.oracle import ProfiledHostsCatalog, profiled_hosts
 
 INTERVAL_QUANTILES = (0.05, 0.95)
 # a held-out error quantile from a handful of models is itself uncertain: the shipped interval

@@ -1077,7 +1077,7 @@ def installed_versions() -> dict[str, str]:
 MODEL_REVISION = 3
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
-# predictions is keyed by their bytes (srifty.solver.PREDICTION_CODE).
+# predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
 MODEL_CODE = tuple(Path(__file__).resolve().parent / f
                    for f in ("features/builder.py", "features/hardware.py", "features/job.py", "features/links.py",
                              "features/measured.py", "simulate.py", "model.py", "opmodel.py", "data/gpu_step_model.json",

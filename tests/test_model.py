@@ -634,7 +634,7 @@ def test_a_loose_profile_widens_the_interval_and_says_so(model_file: Path, emu_c
     # recommend's vectorised path gives the same intervals and the same warning
     import pandas as pd
 
-    from srifty.solver import ModelOracle
+    from srifty.oracle import ModelOracle
 
     oracle = ModelOracle(job(31.0), emu_catalog, pred)
     df = oracle.predict_rows(pd.DataFrame({"instance_type": ["emu.small"] * 2, "workers_per_node": [1, 1],
@@ -691,7 +691,7 @@ def test_predict_says_where_compute_and_communication_come_from(profile: str, co
                                                                  network: str) -> None:
     from srifty import model as m
     from srifty.configspec import parse_config
-    from srifty.solver import load_inputs
+    from srifty.oracle import load_inputs
 
     job, cat = load_inputs([str(ROOT / "profiles" / profile)], None, with_emulated=True)
     p = m.load(m.SHIPPED_MODEL).predict(job, cat, [(parse_config(config).resolved(cat), batch)])[0]
@@ -774,7 +774,7 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     assert fb.launch_bound_note("p4d.24xlarge", 512) == "" and fb.launch_bound_note("p4d.24xlarge", 8)
     # a CPU profile has no GPU peak to hold it against
     from srifty.catalog import Catalog
-    from srifty.solver import load_inputs
+    from srifty.oracle import load_inputs
 
     cpu, hosts = load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], Catalog.default())
     assert FeatureBuilder(cpu, hosts).peak_share("local", 32) is None
@@ -897,17 +897,17 @@ def test_default_model_prefers_the_shipped_one_and_retrains_a_stale_cache(
     import shutil
 
     from srifty import model as m
-    from srifty import solver
+    from srifty import oracle
 
     monkeypatch.delenv("SRIFTY_MODEL", raising=False)
     monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path))
     # the shipped model is used as it is when this installation has its library versions
     monkeypatch.setattr(m, "installed_versions", lambda: m.read_card(m.SHIPPED_MODEL)["libraries"])
-    assert solver.default_model_path() == m.SHIPPED_MODEL
+    assert oracle.default_model_path() == m.SHIPPED_MODEL
     # other library versions: the shipped model is not used, the cache is
     monkeypatch.setattr(m, "installed_versions", lambda: {"scikit-learn": "0.0.0"})
     cache = tmp_path / "latency-model.skops"
-    assert solver.default_model_path() == cache
+    assert oracle.default_model_path() == cache
     # a cache trained on another corpus (the Pollux subset of `model_file`) is retrained, not trusted
     shutil.copy(model_file, cache)
     shutil.copy(m.card_path(model_file), m.card_path(cache))
@@ -918,13 +918,13 @@ def test_default_model_prefers_the_shipped_one_and_retrains_a_stale_cache(
     trained: list[str] = []
     monkeypatch.setattr(m, "default_predictor", lambda quick=False: trained.append("x") or m.load(model_file))
     said: list[str] = []
-    solver.load_predictor(None, said.append)
+    oracle.load_predictor(None, said.append)
     assert trained and any("another corpus" in s for s in said)
     # ... and a cache whose card matches this installation and the shipped corpus is loaded as it is
     card["data_sha256"] = m.read_card(m.SHIPPED_MODEL)["data_sha256"]
     m.card_path(cache).write_text(json.dumps(card))
     trained.clear()
-    assert solver.load_predictor(None, said.append) is not None and not trained
+    assert oracle.load_predictor(None, said.append) is not None and not trained
 
 
 def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
@@ -1109,7 +1109,7 @@ def test_a_damaged_shipped_model_is_not_overwritten(monkeypatch: pytest.MonkeyPa
     import shutil
 
     from srifty import model as m
-    from srifty import solver
+    from srifty import oracle
 
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -1121,9 +1121,9 @@ def test_a_damaged_shipped_model_is_not_overwritten(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(m, "default_predictor", lambda quick=False: m.load(model_file))
     monkeypatch.delenv("SRIFTY_MODEL", raising=False)
     monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path / "cache"))
-    assert solver.default_model_path() == bad
+    assert oracle.default_model_path() == bad
     said: list[str] = []
-    assert solver.load_predictor(None, said.append) is not None
+    assert oracle.load_predictor(None, said.append) is not None
     assert bad.read_bytes() == b"not a zip" and (tmp_path / "cache" / "latency-model.skops").exists()
     assert any("cannot be used" in s for s in said)
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from srifty import solver
+from srifty import oracle, solver
 from srifty.catalog import Catalog
 from srifty.configspec import parse_config
 from tests.conftest import ROOT, run_srifty
@@ -23,8 +23,8 @@ EMU_PROFILES = str(ROOT / "profiles/emulated/cnn_resnet")
 @lru_cache(maxsize=1)
 def emulated() -> tuple:
     cat = Catalog.from_emulated_spec(ROOT / "configs/emulated.yaml")
-    job, mcat = solver.load_inputs([EMU_PROFILES], cat)
-    return cat, solver.ModelOracle(job, mcat, None)
+    job, mcat = oracle.load_inputs([EMU_PROFILES], cat)
+    return cat, oracle.ModelOracle(job, mcat, None)
 
 
 def run(**kw):
@@ -449,8 +449,8 @@ def test_aws_quotas_become_vcpu_limits_per_family_and_market() -> None:
     assert "p4d.24xlarge" not in g_od.units and limits[("L-417A185B", Market.ON_DEMAND)].limit == 0.0
     assert g_od.max_nodes("g5.12xlarge") == 96 // cat.get("g5.12xlarge").vcpus
     c = solver.Constraints(budget_per_hour=100, max_nodes=8, heterogeneous=False, capacity=tuple(limits.values()))
-    job, hosts = solver.load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], cat)
-    res = solver.solve(solver.ModelOracle(job, hosts, None), cat, c, top=20)
+    job, hosts = oracle.load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], cat)
+    res = solver.solve(oracle.ModelOracle(job, hosts, None), cat, c, top=20)
     for r in res.recommendations:
         counts = _counts(r.config)
         vcpus = sum(n * cat.get(t).vcpus for (t, spot), n in counts.items()

@@ -1,0 +1,333 @@
+"""The solver's view of srifty's one prediction path, and the inputs it needs.
+
+:class:`ModelOracle` turns :func:`srifty.model.predict_table` into the table of homogeneous rows
+the solver composes from; :class:`CachedOracle` keeps its figures on disk per (model file,
+profiles, catalog, code); :func:`load_inputs` reads a job's profiles with a catalog that also
+knows the hosts they were recorded on; :func:`load_predictor` finds the latency model
+``recommend`` and ``predict`` use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+from srifty.catalog import Catalog
+from srifty.errors import SriftyError
+from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
+from srifty.model import MODEL_CODE, LatencyModel, catalog_for_jobs, predict_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from srifty.features import JobProfile
+    from srifty.model import Predictor
+
+# --------------------------------------------------------------------------- the oracle
+
+
+class ThroughputOracle(Protocol):
+    """Predicts homogeneous rows. ``rows`` has instance_type, workers_per_node, nodes,
+    local_batch_size; the result adds iteration_ms, interval_low_ms, interval_high_ms,
+    compute_ms (per-worker compute at that batch) and source (measured|predicted|transferred),
+    and may add profiled_batch_low/high (the batches the type's compute was measured at: a mix
+    whose split leaves them gets their bounds in its interval; without them, none)."""
+
+    def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame": ...
+
+    def default_local_batch(self) -> int: ...
+
+
+class ModelOracle:
+    """The solver's view of the one prediction path (:func:`srifty.model.predict_table`):
+    homogeneous rows in a DataFrame, the figures every command gives. ``predictor=None`` uses the
+    analytical simulator alone (source still says predicted/transferred; the interval is then
+    the point)."""
+
+    def __init__(self, job: "JobProfile", catalog: Any, predictor: "Predictor | None" = None) -> None:
+        self.job = job
+        self.catalog = catalog
+        self.predictor = predictor
+        if predictor is not None:
+            self.builder = predictor.builder(job, catalog)
+        else:
+            from srifty.features import FeatureBuilder
+
+            self.builder = FeatureBuilder(job, catalog)
+        self.notes: list[str] = []
+
+    def default_local_batch(self) -> int:
+        counts: dict[int, int] = {}
+        for r in self.job.runs:
+            counts[r.local_batch_size] = counts.get(r.local_batch_size, 0) + 1
+        return max(sorted(counts), key=lambda b: counts[b])
+
+    def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame":
+        """The figures of :func:`srifty.model.predict_table` for homogeneous rows, plus what the
+        solver composes mixes from (compute_ms, the profiled batch range) and the notes to show."""
+        import numpy as np
+
+        from srifty.configspec import ClusterConfig, NodeGroup
+
+        configs = [(ClusterConfig((NodeGroup(int(n), str(t), int(w)),)), float(b))
+                   for t, w, n, b in zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
+                                         rows["local_batch_size"])]
+        table = predict_table(self.predictor, self.builder, configs)
+        X = table.features
+        it, lo, hi, source = table.iteration_ms, table.low_ms, table.high_ms, table.source
+        types = rows["instance_type"].to_numpy()
+        for t in sorted(set(rows["instance_type"])):
+            for note in self.builder.hardware(str(t)).notes:
+                if note not in self.notes:
+                    self.notes.append(note)
+            ci = self.job.compute_rel_ci(str(t))
+            if ci is not None and ci > LOOSE_PROFILE_CI:  # widened in predict_table; said here
+                note = loose_profile_note(self.job.model, str(t), ci)
+                if note not in self.notes:
+                    self.notes.append(note)
+        outside = ((X["batch_low"].to_numpy(dtype=float) < 1.0) | (X["batch_high"].to_numpy(dtype=float) > 1.0)) \
+            & (X["by_operators"].to_numpy(dtype=float) == 0)  # the operator model's interval is its own
+        batches = rows["local_batch_size"].to_numpy(dtype=float)
+        by_source: dict[str, list[str]] = {}  # one note per profiled curve the extrapolations come from
+        for t in sorted(set(types[outside])):
+            by_source.setdefault(self.builder.profiled_batches(str(t)), []).append(str(t))
+        for measured, ts in by_source.items():
+            b = batches[outside & np.isin(types, ts)]
+            note = (f"per-worker batches {b.min():.4g}-{b.max():.4g} (on {len(ts)} instance type"
+                    f"{'s' if len(ts) > 1 else ''}) lie outside the {measured}: their compute is extrapolated "
+                    "and their intervals widened to what it could be; profile at the batch you will train with")
+            if note not in self.notes:
+                self.notes.append(note)
+        if LatencyModel.communication_unknown(X).any() and GRADIENT_UNKNOWN_NOTE not in self.notes:
+            self.notes.append(GRADIENT_UNKNOWN_NOTE)
+        several = (X["world_size"].to_numpy(dtype=float) > 1).any()
+        if several and self.builder.grad_bytes_estimated and self.builder.grad_bytes:
+            note = gradient_estimated_note(self.builder.grad_bytes)
+            if note not in self.notes:
+                self.notes.append(note)
+        out = rows.copy()
+        out["iteration_ms"] = it
+        out["interval_low_ms"] = lo
+        out["interval_high_ms"] = hi
+        out["compute_ms"] = X["compute_ms"].to_numpy(dtype=float)
+        ranges = {str(t): self.builder.profiled_range(str(t)) for t in set(types)}
+        out["profiled_batch_low"] = [ranges[str(t)][0] for t in types]
+        out["profiled_batch_high"] = [ranges[str(t)][1] for t in types]
+        out["source"] = source
+        return out
+
+
+class CachedOracle:
+    """Remembers an oracle's predictions on disk (``.npz``, no pickle), keyed by everything that
+    determines them: the model file, the profiles, the catalog file and the rows asked for.
+
+    The wrapped oracle is built only on a miss (loading a trained model costs seconds), so a
+    repeated recommendation over the same inputs skips the model entirely.
+    """
+
+    COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms", "profiled_batch_low",
+               "profiled_batch_high")
+
+    def __init__(self, make: Any, identity: dict[str, Any], default_batch: int, directory: Any = None) -> None:
+        self.make = make
+        self.identity = identity
+        self._default_batch = default_batch
+        self._inner: Any = None
+        self.directory = directory
+        self.hit = False
+        self.notes: list[str] = []
+
+    def default_local_batch(self) -> int:
+        return self._default_batch
+
+    def _path(self, rows: "pd.DataFrame") -> Any:
+        import hashlib
+        import json
+        from pathlib import Path
+
+        from srifty.catalog import cache_dir
+
+        h = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode())
+        h.update(rows[["instance_type", "workers_per_node", "nodes", "local_batch_size"]].to_csv(index=False).encode())
+        return Path(self.directory or (cache_dir() / "predictions")) / f"{h.hexdigest()[:32]}.npz"
+
+    def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame":
+        import numpy as np
+
+        path = self._path(rows)
+        if path.exists():
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    out = rows.copy()
+                    for c in self.COLUMNS:
+                        out[c] = z[c]
+                    out["source"] = z["source"].astype(object)
+                    self.notes = [str(n) for n in z["notes"]]
+                self.hit = True
+                return out
+            except (OSError, KeyError, ValueError):
+                pass
+        if self._inner is None:
+            self._inner = self.make()
+        out = self._inner.predict_rows(rows)
+        self.notes = list(getattr(self._inner, "notes", []))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp.npz")
+            np.savez(tmp, **{c: out[c].to_numpy(dtype=float) for c in self.COLUMNS},
+                     source=out["source"].to_numpy().astype(str), notes=np.array(self.notes, dtype=str))
+            tmp.replace(path)
+        except OSError:
+            pass
+        return out
+
+
+# The code whose changes change a cached prediction (part of the prediction cache's key).
+PREDICTION_CODE = tuple(str(f) for f in MODEL_CODE) + (str(Path(__file__).resolve()),)
+
+
+def file_identity(paths: Sequence[Any]) -> list[tuple[str, int, str]]:
+    """(path, size, sha256) of files (directories expanded), for cache keys."""
+    import hashlib
+    from pathlib import Path
+
+    out = []
+    for p in paths:
+        p = Path(p)
+        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if f.exists():
+                out.append((str(f.resolve()), f.stat().st_size, hashlib.sha256(f.read_bytes()).hexdigest()))
+    return out
+
+
+class ProfiledHostsCatalog:
+    """A catalog that also knows the hosts a profile was recorded on (e.g. ``local``), so
+    that their compute can be transferred to catalog types by the model's transfer path.
+
+    A profiled host is described by what the profile recorded: its usable CPUs (no GPU)."""
+
+    def __init__(self, catalog: Any, hosts: dict[str, Any]) -> None:
+        self.inner = catalog
+        self.hosts = hosts
+
+    def get(self, name: str) -> Any:
+        if name in self.hosts:
+            return self.hosts[name]
+        return self.inner.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.hosts or self.inner.has(name)
+
+    def gpu_spec(self, gpu_name: str) -> Any:
+        return self.inner.gpu_spec(gpu_name)
+
+    @property
+    def speed_corrections(self) -> list[Any]:
+        return self.inner.speed_corrections
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(getattr(self.inner, "warnings", []))
+
+
+def profiled_hosts(profiles: Sequence[Any], catalog: Any) -> dict[str, Any]:
+    """InstanceType entries for profiled host types the catalog does not know."""
+    from srifty.catalog import InstanceType
+
+    out: dict[str, Any] = {}
+    for p in profiles:
+        cl = (p.doc or {}).get("cluster") or {}
+        for h in cl.get("hosts") or []:
+            name = h.get("instance_type")
+            if not name or name in out:
+                continue
+            try:
+                catalog.get(name)
+                continue
+            except SriftyError:
+                pass
+            spec = h.get("spec") or {}
+            cpus = spec.get("cpu_quota_cores") or spec.get("usable_cpus") or spec.get("logical_cpus") or 1
+            out[name] = InstanceType(name=name, family="profiled-host", arch=str(spec.get("arch") or ""),
+                                     gpu_name="", gpu_count=0, gpu_memory_gib=None, accelerator_name="",
+                                     accelerator_count=0, vcpus=float(cpus), memory_gib=spec.get("memory_gib"),
+                                     network_gbps=None, network_up_to_gbps=None, efa_interfaces=0,
+                                     intra_node_link="", intra_node_bandwidth_gbytes_per_s=None)
+    return out
+
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_inputs(profile_paths: Sequence[str], catalog: "Catalog | None",
+                with_emulated: bool = False) -> tuple["JobProfile", Any]:
+    """The job of the given profiles and a catalog that also knows their profiled hosts (e.g.
+    'local', whose compute is then transferred). ``catalog`` None: the EC2 catalog;
+    ``with_emulated``: joined with the emulated one when the profiles ran on emulated hosts (as
+    ``predict`` answers; ``recommend`` searches only the catalog it is given)."""
+    from srifty import profile as profile_mod
+    from srifty.features import job_from_profiles
+
+    profiles = profile_mod.load_many(list(profile_paths))
+    job = job_from_profiles(profiles)
+    if with_emulated:
+        catalog = catalog_for_jobs([job], catalog)
+    catalog = catalog or Catalog.default()
+    hosts = profiled_hosts(profiles, catalog)
+    return job, (ProfiledHostsCatalog(catalog, hosts) if hosts else catalog)
+
+
+def default_model_path() -> "Any":
+    """The latency model ``srifty recommend`` uses: $SRIFTY_MODEL; else the model shipped with
+    srifty (trained on the shipped corpus) when this installation's libraries can load it; else
+    one trained here once and kept in the cache directory."""
+    import os
+    from pathlib import Path
+
+    from srifty import model as model_mod
+    from srifty.catalog import cache_dir
+
+    if os.environ.get("SRIFTY_MODEL"):
+        return Path(os.environ["SRIFTY_MODEL"])
+    return model_mod.shipped_model() or (cache_dir() / "latency-model.skops")
+
+
+def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
+    """``simulator``: none (analytical simulator only); a path, or $SRIFTY_MODEL: that skops file,
+    loaded as it is (never retrained over); None: the default model (:func:`default_model_path`),
+    trained once on the shipped corpus (profiles/pollux, profiles/lambda, profiles/emulated) and
+    cached when the shipped one cannot be used."""
+    import os
+    from pathlib import Path
+
+    from srifty import model as model_mod
+
+    if model == "simulator":
+        return None
+    model = model or os.environ.get("SRIFTY_MODEL") or None
+    if model:
+        return model_mod.load(model)
+    path = default_model_path()
+    shipped_card = model_mod.read_card(model_mod.SHIPPED_MODEL)
+    corpus = shipped_card.get("data_sha256") if shipped_card else None
+    if Path(path).exists():
+        if path == model_mod.SHIPPED_MODEL or model_mod.card_is_current(model_mod.read_card(path), corpus):
+            try:
+                return model_mod.load(path)
+            except SriftyError as exc:  # written by another srifty version, or damaged: it is only a cache
+                if say:
+                    say(f"The cached latency model {path} cannot be used ({exc.message}); training it again.")
+        elif say:
+            say(f"The cached latency model {path} was trained on another corpus or with other library "
+                "versions; training it again.")
+    if path == model_mod.SHIPPED_MODEL:  # never rewrite the installed package: train into the cache
+        from srifty.catalog import cache_dir
+
+        path = cache_dir() / "latency-model.skops"
+    if say:
+        say(f"Training the latency model on the shipped corpus once (under a minute); it is saved to {path}.")
+    pred = model_mod.default_predictor(quick=True)
+    model_mod.save(pred, path)
+    return pred
