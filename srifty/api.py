@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from srifty.capacity import capacity_limits
 from srifty.catalog import Catalog
+from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError
 from srifty.features import JobProfile
@@ -165,7 +166,7 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     report = v.ValidationReport()
     real_jobs: list[JobProfile] = []
     batch_jobs: dict[str, list[JobProfile]] = {}  # compute at another batch: every corpus, by name
-    allreduce, allreduce_notes = m.measured_allreduce()
+    allreduce, allreduce_notes = measured_allreduce()
     for path in paths:
         jobs = load_corpus([path])
         batch_jobs[Path(path).name] = jobs
@@ -184,7 +185,7 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
         say("allreduce: nccl-tests rows against the communication model")
         cat = Catalog.default()
-        scale = m.CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
+        scale = CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
         checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
     transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs
     h200, cpu = m.ROOT / "profiles" / "h200", m.ROOT / "profiles" / "cpu"

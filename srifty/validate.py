@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from srifty.errors import SriftyError
 from srifty.features import CollectivePoint, JobProfile, Run, run_config
 from srifty.gpuspeed import SingleGpuRate, read_lambda_single_gpu
-from srifty.model import MIN_RESIDUAL_ROWS, NCCL_MIN_BYTES, NO_RESIDUAL_HALF_WIDTH, AllreduceRow, CommModel, LatencyModel, table_for
+from srifty.comm import NCCL_MIN_BYTES, CommModel
+from srifty.features import AllreduceRow
+from srifty.model import MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, LatencyModel, table_for
 from srifty.outputs import save_figure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -615,7 +617,7 @@ def validate_allreduce(catalog: "Catalog", training_scale: Any, rows: Sequence[A
     import numpy as np
     from dataclasses import replace
 
-    from srifty.model import allreduce_us, fit_fast_links, rows_in_catalog
+    from srifty.comm import allreduce_us, fit_fast_links, rows_in_catalog
 
     known, unknown = rows_in_catalog(catalog, rows)
     notes = list(notes) + [f"nccl-tests: {t} is not in the catalog; its rows were left out." for t in unknown]

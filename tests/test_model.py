@@ -199,7 +199,7 @@ def test_unprofiled_type_transfers_by_measured_cpu_factor(emu_catalog: Any) -> N
 
 def test_sweep_fit_recovers_goodput_and_latency() -> None:
     from srifty.features import TBF_GOODPUT, CollectivePoint
-    from srifty.model import MIN_SWEEP_BYTES, fit_emulated_links
+    from srifty.comm import MIN_SWEEP_BYTES, fit_emulated_links
 
     g, alpha_ms = 0.9, 0.4
     pts = []
@@ -217,7 +217,7 @@ def test_sweep_fit_recovers_goodput_and_latency() -> None:
 def test_mixed_rate_rings_get_their_own_goodput_factor(emu_catalog: Any) -> None:
     from srifty.configspec import parse_config
     from srifty.features import CollectivePoint, FeatureBuilder, LinkScale, mixed_ring_slowest_hosts
-    from srifty.model import fit_emulated_goodput_by_rate, fit_emulated_links, fit_emulated_mixed_ring
+    from srifty.comm import fit_emulated_goodput_by_rate, fit_emulated_links, fit_emulated_mixed_ring
 
     assert [mixed_ring_slowest_hosts(r) for r in ([50, 50], [50, 200], [50, 50, 200], [200, 50, 50, 800])] == [0, 1, 2, 2]
 
@@ -249,7 +249,7 @@ def test_mixed_rate_rings_get_their_own_goodput_factor(emu_catalog: Any) -> None
 
 def test_sustained_goodput_is_measured_per_link_rate_interpolated_and_extrapolated(emu_catalog: Any) -> None:
     from srifty.features import TBF_GOODPUT, CollectivePoint, LinkScale, hardware_of
-    from srifty.model import BULK_SWEEP_BYTES, fit_emulated_goodput_by_rate
+    from srifty.comm import BULK_SWEEP_BYTES, fit_emulated_goodput_by_rate
 
     alpha_ms, planted = 0.4, {50.0: 0.85, 200.0: 0.93, 800.0: 0.96}
     pts = []
@@ -293,7 +293,7 @@ def test_sustained_goodput_is_measured_per_link_rate_interpolated_and_extrapolat
 def test_overlap_slowdown_fit_recovers_a_planted_value(emu_catalog: Any) -> None:
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, LinkScale
-    from srifty.model import CommModel
+    from srifty.comm import CommModel
 
     alone = {"emu.small": (100.0, 200.0, 10.0), "emu.medium": (50.0, 100.0, 5.0), "emu.cpu": (40.0, 80.0, 4.0)}
     singles = [_doc([t], *v, it=sum(v)) for t, v in alone.items()]
@@ -536,7 +536,8 @@ def test_a_model_without_its_gradient_size_gets_a_wide_interval_that_covers(poll
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder
-    from srifty.model import CommModel, LatencyModel, table_for
+    from srifty.comm import CommModel
+    from srifty.model import LatencyModel, table_for
 
     # cifar10 held out, and told nothing but its single-GPU runs: no parameter count either
     cat = Catalog.default()
@@ -568,7 +569,7 @@ def test_rings_within_one_node_get_their_own_pcie_figure(pollux_jobs: list[Any],
 
     from srifty.catalog import Catalog
     from srifty.features import hardware_of
-    from srifty.model import CommModel, simulated_ms
+    from srifty.comm import CommModel, simulated_ms
 
     cat = Catalog.default()
     stated = [j for j in pollux_jobs if j.grad_bytes or j.param_count]
@@ -879,6 +880,7 @@ def test_shipped_model_is_current_with_the_shipped_corpus() -> None:
     """srifty/data/latency-model.skops (``make model``) answers recommend's first run without a
     minute of training; it must be trained on exactly the corpus shipped beside it."""
     from srifty import model as m
+    from srifty.comm import measured_allreduce
     from srifty.features import load_corpus
 
     card = m.read_card(m.SHIPPED_MODEL)
@@ -886,7 +888,7 @@ def test_shipped_model_is_current_with_the_shipped_corpus() -> None:
     assert card["features"] == list(m.RESIDUAL_FEATURES), "features changed: run `make model`"
     jobs = load_corpus(m.corpus_paths())
     assert card["data_sha256"] == m.corpus_hash(jobs), "the shipped corpus changed: run `make model`"
-    assert card["allreduce_sha256"] == m.allreduce_hash(m.measured_allreduce()[0]), \
+    assert card["allreduce_sha256"] == m.allreduce_hash(measured_allreduce()[0]), \
         "the measured allreduces changed: run `make model`"
     pred = m.load(m.SHIPPED_MODEL)
     assert pred.meta["data_sha256"] == card["data_sha256"] and pred.meta["rows"] == card["rows"]
@@ -931,7 +933,7 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     """`srifty validate --quick` (the CI subset): every shipped corpus gets its splits, each split
     is scored on exactly the rows it should hold out, and the report is written."""
     from srifty.features import load_corpus
-    from srifty.model import measured_allreduce
+    from srifty.comm import measured_allreduce
     from srifty.validate import METHODS, README_END, README_START, replicate_floor
 
     out = tmp_path / "ACCURACY.md"
@@ -1077,7 +1079,8 @@ def test_allreduce_estimate_on_catalog_links_is_the_ring_formula() -> None:
     """One nccl-tests row by hand: 8 GPUs of one p4d, ring over NVSwitch at the catalog's rate."""
     from srifty.catalog import Catalog
     from srifty.features import hardware_of
-    from srifty.model import AllreduceRow, allreduce_us
+    from srifty.comm import allreduce_us
+    from srifty.features import AllreduceRow
 
     cat = Catalog.default()
     hw = hardware_of(cat, "p4d.24xlarge")
@@ -1279,7 +1282,7 @@ def test_a_type_s_network_fitted_on_one_model_predicts_another_better_than_the_p
 
     from srifty.catalog import Catalog
     from srifty.features import LinkScale, load_corpus
-    from srifty.model import CommModel, simulated_ms
+    from srifty.comm import CommModel, simulated_ms
 
     cat = Catalog.default()
     jobs = {j.model: j for j in load_corpus([str(ROOT / "profiles" / "pollux")])}
@@ -1324,7 +1327,7 @@ def test_a_type_s_network_is_fitted_from_its_measured_allreduces(tmp_path) -> No
     grid's 12% steps), and a model trained with it calls that type's network measured."""
     from srifty.catalog import Catalog
     from srifty.features import AllreduceRow, LinkScale, hardware_of, load_allreduce_rows
-    from srifty.model import allreduce_us, fit_tcp_allreduce
+    from srifty.comm import allreduce_us, fit_tcp_allreduce
 
     cat = Catalog.default()
     truth = LinkScale(tcp_links=(("g5.12xlarge", 20.0),))

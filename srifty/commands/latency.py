@@ -74,6 +74,7 @@ Examples:
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""
     from srifty import model as m
+    from srifty.comm import measured_allreduce
     from srifty.features import load_allreduce_rows, load_collectives, load_corpus
 
     paths = m.corpus_paths(corpus)
@@ -85,7 +86,7 @@ def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     jobs = load_corpus(paths)
     cat = m.catalog_for_jobs(jobs)
     pred = m.Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(paths),
-                             allreduce=m.measured_allreduce()[0] + load_allreduce_rows(paths))
+                             allreduce=measured_allreduce()[0] + load_allreduce_rows(paths))
     m.save(pred, out)
     meta = pred.meta
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
