@@ -91,12 +91,19 @@ class RecommendOutcome:
 
 def recommend(profiles: Sequence[str], constraints: Constraints, objective: Objective | str | None = None,
               top: int = 10, catalog_path: str | None = None, model_path: str | None = None,
-              available: str | None = None, quotas_client: Any = None, say: Say = _quiet) -> RecommendOutcome:
+              available: str | None = None, quotas: str | None = None, quotas_client: Any = None,
+              say: Say = _quiet) -> RecommendOutcome:
     """The configurations that meet ``constraints``, ranked (``srifty recommend``). ``available``:
-    ``--available`` text; ``quotas_client``: a boto3 ``service-quotas`` client for the account's
-    EC2 vCPU quotas. The latency model's figures are cached on disk per (model, profiles, catalog,
-    code, placement group)."""
+    ``--available`` text; ``quotas="aws"``: the account's EC2 vCPU quotas, read with boto3 in the
+    constraints' region (``quotas_client``: a ``service-quotas`` client to read them with instead).
+    The latency model's figures are cached on disk per (model, profiles, catalog, code, placement
+    group)."""
     cat = Catalog.default(catalog_path)
+    if quotas == "aws" and quotas_client is None:
+        import boto3
+
+        quotas_client = boto3.session.Session(
+            region_name=constraints.region or cat.default_region).client("service-quotas")
     capacity = tuple(capacity_limits(cat, available, quotas_client))
     if capacity:
         constraints = replace(constraints, capacity=constraints.capacity + capacity)

@@ -17,9 +17,10 @@ from typing import Any, Sequence
 from srifty.catalog import Catalog
 from srifty.configspec import parse_config
 from srifty.errors import SriftyError
-from srifty.features import FeatureBuilder, load_job
+from srifty.features import FeatureBuilder, job_from_profiles
+from srifty.gpuspeed import spec_hardware
 from srifty.model import Predictor, gpu_transfer_error, predict_table
-from srifty.opmodel import GpuStepModel, OperatorCounts, StepTerms, fit, step_terms
+from srifty.opmodel import GpuStepModel, StepTerms, fit
 from srifty.profile import Profile, load as load_profile
 from srifty.oracle import ProfiledHostsCatalog, profiled_hosts
 
@@ -61,13 +62,6 @@ class HeldOut:
         return self.interval_ms[0] <= self.pair.measured_ms <= self.interval_ms[1]
 
 
-def host_input_ms(p: Profile) -> float:
-    """The host's time loading the next batch, after the optimizer step (median; 0 in a profile
-    of schema 1, which does not split it out of other_ms)."""
-    s = p.doc.get("summary") or {}
-    return float((s.get("input_ms") or {}).get("median") or 0.0)
-
-
 def step_median_ms(p: Profile) -> float:
     return float(p.doc["summary"]["iteration_ms"]["median"])
 
@@ -78,16 +72,11 @@ def gpu_of(p: Profile, catalog: Catalog) -> str:
 
 
 def terms_on(cpu: Profile, batch: float, gpu_name: str, catalog: Catalog) -> StepTerms:
-    """The CPU profile ``cpu``'s step terms at ``batch`` on ``gpu_name``."""
-    counts = OperatorCounts.from_json(cpu.doc["job"].get("operators"), cpu.doc["job"].get("local_batch_size"))
-    if counts is None:
-        raise SriftyError(f"{cpu.path}: the profile has no operator count (job.operators).",
-                          "Re-record it with this srifty (`srifty profile` counts one iteration's operators).")
-    spec = catalog.gpu_spec(gpu_name)
-    peak = {"amp": spec.fp16_bf16_tensor_tflops_dense, "tf32": spec.tf32_tflops_dense}.get(
-        cpu.doc["job"].get("precision") or "", None) or spec.fp32_tflops
-    host = host_input_ms(cpu) * batch / counts.batch_size
-    return step_terms(counts, batch, float(peak), float(spec.memory_bandwidth_gbytes_per_s), host)
+    """The CPU profile ``cpu``'s step terms at ``batch`` on ``gpu_name``: the job's
+    (JobProfile.operator_terms) on that GPU's spec figures for the job's precision."""
+    job = job_from_profiles([cpu])
+    hw = spec_hardware(catalog.gpu_spec(gpu_name))
+    return job.operator_terms(batch, hw.peak_tflops(job.precision), hw.mem_gbytes_per_s)
 
 
 def _profiles(root: Path) -> dict[tuple[str, int], Profile]:
@@ -161,8 +150,9 @@ def leave_one_model_out(all_pairs: Sequence[StepPair], catalog: Catalog, predict
         for p in all_pairs:
             if p.model != model:
                 continue
-            job = load_job(p.cpu_profile)
-            hosts = ProfiledHostsCatalog(catalog, profiled_hosts([load_profile(p.cpu_profile)], catalog))
+            cpu = load_profile(p.cpu_profile)
+            job = job_from_profiles([cpu])
+            hosts = ProfiledHostsCatalog(catalog, profiled_hosts([cpu], catalog))
             config = parse_config(f"1x{p.gpu_instance_type}:1")
             got = predict_table(predictor, FeatureBuilder(job, hosts, predictor.link_scale, step_model),
                                 [(config, float(p.batch))])

@@ -57,20 +57,19 @@ class Plan:
         return all((n.instance_type, n.workers, n.spot) == (first.instance_type, first.workers, first.spot)
                    for n in self.nodes)
 
-    def torchrun(self, node: PlannedNode) -> list[str]:
-        """The node's torchrun command line (the master's address is ``$MASTER_ADDR``)."""
-        return ["torchrun", "--nnodes", str(len(self.nodes)), "--node-rank", str(node.rank),
-                "--nproc-per-node", str(node.workers), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"$MASTER_ADDR:{RDZV_PORT}", "--rdzv-id", self.rdzv_id,
-                self.script, *self.script_args]
+    def torchrun(self, nnodes: str, node_rank: str, workers: int, endpoint: str) -> str:
+        """The torchrun command line, shell-quoted; ``nnodes``, ``node_rank`` and ``endpoint`` are
+        written as given, so that they may be the shell's expansions (``$SKYPILOT_NODE_RANK``)."""
+        return " ".join(["torchrun", "--nnodes", nnodes, "--node-rank", node_rank, "--nproc-per-node", str(workers),
+                         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", shlex.quote(self.rdzv_id),
+                         shlex.quote(self.script), *map(shlex.quote, self.script_args)])
 
     @property
     def rdzv_id(self) -> str:
         return f"srifty-{self.model}"
 
     def node_script(self, node: PlannedNode) -> str:
-        cmd = " ".join(a if a.startswith("$MASTER_ADDR") else shlex.quote(a) for a in self.torchrun(node))
-        cmd = cmd.replace("$MASTER_ADDR", '"$MASTER_ADDR"', 1)
+        cmd = self.torchrun(str(len(self.nodes)), str(node.rank), node.workers, f'"$MASTER_ADDR":{RDZV_PORT}')
         return "\n".join([
             "#!/usr/bin/env bash",
             f"# node {node.rank} of {len(self.nodes)} for {self.config} ({node.instance_type}"
@@ -94,10 +93,7 @@ class Plan:
             resources["region"] = self.region
         run = "\n".join([
             'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
-            " ".join(["torchrun", "--nnodes", "$SKYPILOT_NUM_NODES", "--node-rank", "$SKYPILOT_NODE_RANK",
-                      "--nproc-per-node", str(node.workers), "--rdzv-backend", "c10d",
-                      "--rdzv-endpoint", f"$MASTER_ADDR:{RDZV_PORT}", "--rdzv-id", self.rdzv_id,
-                      shlex.quote(self.script), *map(shlex.quote, self.script_args)]),
+            self.torchrun("$SKYPILOT_NUM_NODES", "$SKYPILOT_NODE_RANK", node.workers, f"$MASTER_ADDR:{RDZV_PORT}"),
             "",
         ])
         task = {"name": f"srifty-{self.model}", "resources": resources, "num_nodes": len(self.nodes),

@@ -526,8 +526,9 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
 
     tab = _offer_table(offers, grid, N)
     units, limits = _capacity_units(offers, c.capacity)
-    cap_nodes = np.min(np.where(units > 0, np.floor(limits[:, None] / np.where(units > 0, units, 1.0) + 1e-9), np.inf),
-                       axis=0) if len(limits) else np.full(len(offers.instance_type), np.inf)
+    # the most nodes of each offer alone within every limit of its market (inf: none counts it)
+    cap_nodes = np.array([min((lim.max_nodes(t) for lim in c.capacity if lim.market is m), default=np.inf)
+                          for t, m in zip(offers.instance_type, offers.market)], dtype=float)
     keep = _prune(offers, tab, mixing, limited=cap_nodes < N) if prune else tab.valid.copy()
     keep_i = np.nonzero(keep)[0]
     pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(tab.valid & ~keep)[0]]

@@ -175,7 +175,6 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     """Recommend cluster configurations that meet a budget, throughput or deadline, ranked."""
     t0 = time.perf_counter()
     from srifty import api, solver
-    from srifty.catalog import Catalog
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
@@ -206,12 +205,6 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         if samples is not None:
             raise SriftyError("Give the job size once: --samples, or --epochs with --dataset-size.")
         samples = epochs * dataset_size
-    quotas_client = None
-    if quotas == "aws":
-        import boto3
-
-        quotas_client = boto3.session.Session(
-            region_name=region or Catalog.default(catalog_path).default_region).client("service-quotas")
     cons = solver.Constraints(
         budget_per_hour=budget, total_budget=total_budget, min_throughput=min_throughput, deadline_hours=deadline,
         samples=samples, max_nodes=max_nodes, max_types=max_types, heterogeneous=heterogeneous and max_types >= 2,
@@ -219,7 +212,7 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         checkpoint_interval_h=checkpoint_interval, restart_overhead_h=restart_overhead,
         global_batch_size=global_batch_size, local_batch_size=local_batch, placement_group=placement_group)
     cons.validate()
-    outcome = api.recommend(profiles, cons, objective, top, catalog_path, model_path, available, quotas_client, say)
+    outcome = api.recommend(profiles, cons, objective, top, catalog_path, model_path, available, quotas, say=say)
     result, job, advice, model_file = outcome.result, outcome.job, outcome.advice, outcome.model_file
     if plot:
         plot_front(result, plot)

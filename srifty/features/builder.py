@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from srifty import simulate
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
-from srifty.opmodel import GpuStepModel, shipped_step_model, step_terms
+from srifty.opmodel import GpuStepModel, shipped_step_model
 from srifty.features.hardware import Hardware, hardware_of, transfer_speeds
 from srifty.features.job import LOOSE_PROFILE_CI, ComputeCurve, JobProfile, _bytes_per_param
 from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
@@ -179,9 +179,8 @@ class FeatureBuilder:
     def operator_step_ms(self, instance_type: str, batch: float) -> tuple[float, float]:
         """(compute, post) ms of one step at ``batch`` on ``instance_type`` by the operator model."""
         hw = self.hardware(instance_type)
-        terms = step_terms(self.job.operators, batch, hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s,
-                           self.job.host_input_ms_per_sample * batch)
-        return self.step_model.split_ms(terms)
+        return self.step_model.split_ms(self.job.operator_terms(batch, hw.peak_tflops(self.job.precision),
+                                                                hw.mem_gbytes_per_s))
 
     def operator_note(self, instance_type: str) -> str:
         gpu = self.catalog.get(instance_type).gpu_name

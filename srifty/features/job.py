@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from srifty.configspec import ClusterConfig, from_placement
 from srifty.errors import SriftyError
-from srifty.opmodel import OperatorCounts
+from srifty.opmodel import OperatorCounts, StepTerms, step_terms
 
 LOOSE_PROFILE_CI = 0.05  # a profile whose median step time is known to worse than ±5% (95% CI) is flagged
 BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
@@ -129,6 +129,15 @@ class JobProfile:
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's time loading a batch, per sample, where operators were counted
+
+    def operator_terms(self, batch: float, peak_tflops: float, mem_gbytes_per_s: float) -> StepTerms:
+        """The operator model's terms of this job's step at ``batch`` on a GPU of ``peak_tflops`` (for
+        the job's precision) and ``mem_gbytes_per_s``, from its counted operators and its host's
+        loading time, scaled to ``batch`` (srifty.opmodel); the job must have an operator count."""
+        if self.operators is None:
+            raise SriftyError(f"The profiles of {self.model} have no operator count (job.operators).",
+                              "Re-record them with this srifty (`srifty profile` counts one iteration's operators).")
+        return step_terms(self.operators, batch, peak_tflops, mem_gbytes_per_s, self.host_input_ms_per_sample * batch)
 
     @property
     def instance_types(self) -> list[str]:
