@@ -1,0 +1,99 @@
+"""Why a profiling run failed, in words a user can act on: interrupted, hung at start-up or
+mid-run, past the time cap, a rank's exception (out of memory, or the first error that is not a
+peer's dropped connection), a worker killed by the kernel, or a script that never completed an
+iteration (no forward through DDP, no backward, no optimizer step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from srifty.errors import ProfilingFailed
+from srifty.profiling.request import ProfileRequest
+from srifty.profiling.supervisor import RunOutcome
+
+
+def diagnose_failure(
+    request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome, doc: dict[str, Any]
+) -> ProfilingFailed | None:
+    script = request.script or "the job"
+    measured = doc["measurement"]["iterations_recorded"]
+    if outcome.reason == "interrupted":
+        failure = ProfilingFailed(f"Profiling of {script} was interrupted (Ctrl-C or SIGTERM) after {measured} iterations; all workers were stopped.")
+        failure.exit_code = 128 + outcome.signum
+        return failure
+    if outcome.reason == "hung":
+        if measured == 0:
+            return ProfilingFailed(
+                f"{script} made no training iteration within {request.startup_timeout:.0f} s of starting; "
+                "the workers were stopped.",
+                "A worker may be stuck (waiting for a peer, a dead data loader, a deadlock) or start-up is slow: "
+                "check the script with `torchrun` directly, or raise --startup-timeout.",
+            )
+        return ProfilingFailed(
+            f"{script} stopped making progress after {measured} iterations: no iteration finished for "
+            f"{request.hang_timeout:.0f} s, so srifty took the workers to be hung and stopped them.",
+            "A worker may be stuck in a collective that another rank never joined; raise --hang-timeout if "
+            "iterations are really that slow.",
+        )
+    if outcome.reason == "time_cap":
+        return ProfilingFailed(
+            f"{script} ran past the hard time limit of {request.startup_timeout + request.max_seconds + request.hang_timeout:.0f} s and was stopped.",
+            "Raise --max-seconds, or check why iterations are so slow.",
+        )
+    errors = [(r.get("rank", i), r["error"]) for i, r in enumerate(ranks) if r.get("error")]
+    bad_codes = [c for c in outcome.returncodes if c not in (0, None)]
+    if errors or bad_codes:
+        return worker_error(request, errors, outcome)
+    if not measured:
+        reason = "the script finished without completing a training iteration"
+        r0 = next((r for r in ranks if r.get("rank") == 0), None)
+        if r0:
+            if r0.get("forward_calls") and not r0.get("backward_calls"):
+                reason = f"the script ran {r0['forward_calls']} forward passes but never called backward()"
+            elif not r0.get("forward_calls") and not r0.get("explicit_api"):
+                reason = "the script never ran a forward pass through a DistributedDataParallel model"
+            elif r0.get("forward_calls") and r0.get("backward_calls") and not r0.get("step_calls"):
+                reason = "the script ran forward and backward but never an optimizer step()"
+        return ProfilingFailed(
+            f"Nothing to measure in {script}: {reason}.",
+            "srifty measures training iterations (DDP forward, loss.backward(), optimizer.step()); make sure the "
+            "script trains for more than a few steps, or mark iterations with srifty.step().",
+        )
+    return None
+
+
+
+def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome) -> ProfilingFailed:
+    script = request.script or "the job"
+    peer_words = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "gloo", "nccl", "socket")
+    primary = next((e for e in errors if not any(w in e[1]["message"].lower() for w in peer_words)), errors[0] if errors else None)
+    oom_words = ("out of memory", "can't allocate memory", "cannot allocate memory", "outofmemoryerror", "defaultcpuallocator")
+    killed = [c for c in outcome.returncodes if c is not None and c in (-9, 137)]
+    if primary is not None:
+        rank, err = primary
+        text = f"{err['type']}: {err['message']}".strip()
+        first_line = text.splitlines()[0][:400] if text else err["type"]
+        if any(w in text.lower() for w in oom_words):
+            bs = request.batch_size
+            return ProfilingFailed(
+                f"Rank {rank} of {script} ran out of memory{f' at --batch-size {bs}' if bs else ''}: {first_line}",
+                "The per-worker batch does not fit: try a smaller --batch-size (srifty passes it as SRIFTY_BATCH_SIZE), "
+                "or fewer workers per machine with --nproc.",
+            )
+        return ProfilingFailed(
+            f"Rank {rank} of {script} failed with {first_line}",
+            "Fix the script (its full traceback is in the workers' output, or run it under `torchrun`), "
+            "then profile again.",
+        )
+    if killed:
+        return ProfilingFailed(
+            f"A worker of {script} was killed (SIGKILL), most likely by the kernel's out-of-memory killer.",
+            "Try a smaller --batch-size or fewer workers with --nproc.",
+        )
+    tail = "\n".join(outcome.log_tail.strip().splitlines()[-5:])
+    return ProfilingFailed(
+        f"The workers of {script} exited with status {', '.join(map(str, outcome.returncodes))} before srifty got "
+        f"their records. Last lines of their output: {tail}",
+        "Run the script under `torchrun` directly to see what fails.",
+    )

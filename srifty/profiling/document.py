@@ -1,0 +1,139 @@
+"""Assembling a training profile from the workers' records: the job's precision (which picks the
+FLOPS figure compute transfers by), the job, cluster, environment and measurement blocks, the
+summary and the warnings (:func:`training_doc`). The backend runs the job; this turns what it
+measured into the document ``profile.save`` writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from srifty import profile
+from srifty.profiling.request import ProfileRequest
+from srifty.profiling.supervisor import RunOutcome
+
+
+def _matmul_tf32(model: dict[str, Any]) -> bool:
+    """Whether float32 matmuls may use TF32 ("highest", PyTorch's default, keeps them IEEE)."""
+    return model.get("float32_matmul_precision") in ("high", "medium")
+
+
+def tf32_flop_share(model: dict[str, Any]) -> float | None:
+    """The share of a float32 model's FLOPs that PyTorch lets run on TF32 tensor cores where the
+    GPU has them: convolutions when cuDNN may use TF32 (PyTorch's default), matmuls and attention
+    when the float32 matmul precision is "high" or "medium" (the default "highest" keeps them
+    IEEE float32). None when the forward's FLOPs were not counted."""
+    conv = model.get("conv_flop_share")
+    if conv is None:
+        return None
+    return conv * bool(model.get("cudnn_allow_tf32")) + (1.0 - conv) * _matmul_tf32(model)
+
+
+def job_precision(model: dict[str, Any]) -> str | None:
+    """The profile's ``precision``, which picks the FLOPS figure that transfers compute across GPUs
+    (srifty.features.Hardware.flops_kind): "amp" under autocast to float16/bfloat16 (the
+    parameters and gradients stay float32); "tf32" for float32 parameters when most of the
+    forward's FLOPs may run in TF32 (:func:`tf32_flop_share`: a CNN under PyTorch's defaults, a
+    transformer with ``torch.set_float32_matmul_precision("high")``); else the parameters' dtype."""
+    if model.get("autocast_dtype") in ("float16", "bfloat16"):
+        return "amp"
+    if model.get("grad_dtype") == "float32":
+        share = tf32_flop_share(model)
+        if share is None:  # FLOPs not counted: the matmul switch alone decides
+            share = float(_matmul_tf32(model))
+        if share >= 0.5:
+            return "tf32"
+    return model.get("grad_dtype")
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+
+def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome,
+                 cluster_block: Callable[[ProfileRequest, int, str], dict[str, Any]]) -> dict[str, Any]:
+    """The profile of a training run from its ranks' records; ``cluster_block`` is the backend's
+    (:meth:`ProfilingBackend.cluster_block`), which describes where the workers ran."""
+    import torch
+
+    world = max((r.get("world_size", 1) for r in ranks), default=request.nproc) or request.nproc
+    device = "cuda" if any((r.get("device") or {}).get("type") == "cuda" for r in ranks) else "cpu"
+    model = next((r["model"] for r in ranks if r.get("model")), {})
+    layout = next((r["bucket_layout"] for r in ranks if r.get("bucket_layout")), [])
+    batch_sizes = [it.get("batch_size") for r in ranks for it in r.get("iterations", []) if it.get("batch_size")]
+    detected = max(set(batch_sizes), key=batch_sizes.count) if batch_sizes else None
+    local_bs = detected or request.batch_size
+    summary, warmup, achieved = profile.summarise_training(ranks, world, local_bs)
+    warnings = []
+    if request.batch_size and detected and detected != request.batch_size:
+        warnings.append(
+            f"--batch-size {request.batch_size} was requested but the model saw batches of {detected}: "
+            "the script does not read SRIFTY_BATCH_SIZE (or --batch-size); the profile records the batch it saw."
+        )
+    if summary and achieved is not None and achieved > request.target_rel_ci:
+        warnings.append(
+            f"the median iteration time is known to +/-{achieved:.1%} (95% CI), looser than the "
+            f"{request.target_rel_ci:.0%} target: raise --max-seconds for a tighter figure."
+        )
+    rank0 = next((r for r in ranks if r.get("rank") == 0), ranks[0] if ranks else {})
+    stop_reason = outcome.reason or rank0.get("stop_reason") or "worker_failed"
+    if stop_reason not in ("converged", "time_cap", "iteration_cap", "script_finished", "interrupted", "worker_failed", "hung", "terminated"):
+        stop_reason = "terminated"
+    cluster = cluster_block(request, world, device)
+    for h in cluster["hosts"]:
+        devs = [r.get("device") for r in ranks if r.get("device")]
+        if devs:
+            h["spec"]["device"] = devs[0]
+    return {
+        "schema_version": profile.SCHEMA_VERSION,
+        "kind": "training",
+        "status": "complete",
+        "partial_reason": None,
+        "stop_reason": stop_reason,
+        "created_at": profile.utc_now(),
+        "srifty_version": profile.__version__,
+        "job": {
+            "model": request.model,
+            "script": os.path.relpath(request.script) if request.script else None,
+            "script_sha256": _sha256(request.script) if request.script else None,
+            "args": list(request.script_args),
+            "local_batch_size": local_bs,
+            "requested_batch_size": request.batch_size,
+            "param_count": model.get("param_count"),
+            "grad_bytes": model.get("grad_bytes"),
+            "grad_dtype": model.get("grad_dtype"),
+            "precision": job_precision(model),
+            "autocast_dtype": model.get("autocast_dtype"),
+            "forward_flops": model.get("forward_flops"),
+            "tf32_flop_share": tf32_flop_share(model),
+            "operators": model.get("operators"),
+            "bucket_cap_mb": model.get("bucket_cap_mb"),
+            "buckets": layout,
+        },
+        "cluster": cluster,
+        "environment": profile.environment_info(
+            torch.__version__, ".".join(map(str, torch.cuda.nccl.version())) if device == "cuda" else None
+        ),
+        "measurement": {
+            "target_rel_ci": request.target_rel_ci,
+            "achieved_rel_ci": achieved,
+            "decision_rel_ci": rank0.get("current_rel_ci"),
+            "min_iterations": request.min_iterations,
+            "max_iterations": request.max_iterations,
+            "max_seconds": request.max_seconds,
+            "warmup_iterations": warmup,
+            "iterations_recorded": len(profile.merge_iterations(ranks)),
+            "iterations_used": summary["iteration_ms"]["n"] if summary else 0,
+            "wall_seconds": round(outcome.wall_seconds, 3),
+        },
+        "summary": summary,
+        "ranks": [
+            {"rank": r.get("rank", i), "host": r.get("host_label") or r.get("hostname", ""), "iterations": r.get("iterations", []), "error": r.get("error")}
+            for i, r in enumerate(ranks)
+        ],
+        "warnings": warnings,
+    }

@@ -1,0 +1,146 @@
+"""What a profiling job is asked to do and how it will be started: :class:`ProfileRequest`
+(everything ``srifty profile`` was given, and its checks), :class:`WorkerCommand` and
+:class:`LaunchPlan` (the dry-run view every backend produces), and :func:`worker_env` (the
+environment that carries the request to the workers). Shared by every backend.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from srifty.errors import SriftyError
+
+
+@dataclass
+class ProfileRequest:
+    """Everything ``srifty profile`` was asked to do."""
+
+    script: str | None
+    script_args: list[str] = field(default_factory=list)
+    nproc: int = 1
+    batch_size: int | None = None
+    max_seconds: float = 30.0
+    max_iterations: int = 2000
+    min_iterations: int = 20
+    target_rel_ci: float = 0.02
+    hang_timeout: float = 120.0
+    startup_timeout: float = 180.0
+    model_name: str | None = None
+    instance_type: str = "local"
+    device: str = "auto"
+    collectives: bool = False
+    world_sizes: list[int] = field(default_factory=list)
+    min_bytes: int = 4 * 1024
+    max_bytes: int = 64 * 1024 * 1024
+    repeats: int = 10
+    hosts: str | None = None
+    spec: str = "configs/emulated.yaml"
+    calibrate: bool = False
+    # --backend ec2
+    instance_types: list[str] = field(default_factory=list)
+    spot: bool = False
+    nodes: int = 1
+    placement_group: bool = False  # EC2: the nodes in a cluster placement group of the run
+    # per host type, the per-worker batch its workers get (SRIFTY_BATCH_SIZE; a mix of types on the
+    # emulated backend); types not named get batch_size
+    batch_by_type: dict[str, int] = field(default_factory=dict)
+    region: str | None = None
+    max_cost: float | None = None
+    s3_uri: str | None = None
+    ami: str | None = None
+    instance_profile: str | None = None
+    time_cap: float | None = None
+    requirements: str | None = None
+    run_id: str | None = None
+    yes: bool = False  # --yes: consent to the estimated cost without being asked
+    # asks the user to consent to a launch's cost (the CLI's prompt, set only when stdin is a terminal)
+    confirm: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
+
+    def validate(self) -> None:
+        if self.nproc < 1:
+            raise SriftyError(f"--nproc must be at least 1 (got {self.nproc}).")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise SriftyError(f"--batch-size must be a positive number of samples per worker (got {self.batch_size}).")
+        if self.max_seconds <= 0:
+            raise SriftyError(f"--max-seconds must be positive (got {self.max_seconds}).")
+        if not 0 < self.target_rel_ci < 1:
+            raise SriftyError(f"--target-ci is a relative half-width such as 0.02 for 2% (got {self.target_rel_ci}).")
+        if self.collectives:
+            if any(w < 2 for w in self.world_sizes):
+                raise SriftyError("--world-sizes: an allreduce needs at least 2 workers; give sizes like 2,4.")
+            if not (0 < self.min_bytes <= self.max_bytes):
+                raise SriftyError("--min-bytes must be positive and not above --max-bytes.")
+            return
+        if not self.script:
+            raise SriftyError("No training script given.", "Usage: srifty profile SCRIPT [-- SCRIPT_ARGS]; or --collectives.")
+        path = Path(self.script)
+        if not path.is_file():
+            raise SriftyError(
+                f"Training script {self.script!r} does not exist.",
+                "Give the path of a DDP training script, e.g. `srifty profile examples/cnn_resnet.py --nproc 2`.",
+            )
+
+    @property
+    def model(self) -> str:
+        if self.model_name:
+            return self.model_name
+        return Path(self.script).stem if self.script else "collectives"
+
+
+@dataclass
+class WorkerCommand:
+    """One process to start: argv, environment additions, and where it runs."""
+
+    argv: list[str]
+    env: dict[str, str]
+    host: str = "localhost"
+    wrapper: list[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return " ".join(x for x in (" ".join(map(shlex.quote, self.wrapper)), envs, shlex.join(self.argv)) if x)
+
+
+@dataclass
+class LaunchPlan:
+    """What a backend will run: the dry-run view of a profiling job."""
+
+    backend: str
+    commands: list[WorkerCommand]
+    run_dir: str
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        lines = [f"# srifty profile: backend {self.backend}, records in {self.run_dir}"]
+        lines += [f"# {n}" for n in self.notes]
+        lines += [c.shell() for c in self.commands]
+        return "\n".join(lines)
+
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+def worker_env(request: ProfileRequest, run_dir: str) -> dict[str, str]:
+    """Environment variables that carry the request to the workers."""
+    env = {
+        "SRIFTY_PROFILE_DIR": run_dir,
+        "SRIFTY_MAX_SECONDS": str(request.max_seconds),
+        "SRIFTY_MAX_ITERATIONS": str(request.max_iterations),
+        "SRIFTY_MIN_ITERATIONS": str(request.min_iterations),
+        "SRIFTY_TARGET_REL_CI": str(request.target_rel_ci),
+        "SRIFTY_DEVICE": request.device,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if request.device == "cpu":  # the script's own device choice too (scripts pick cuda when they see a GPU)
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    if request.batch_size:
+        env["SRIFTY_BATCH_SIZE"] = str(request.batch_size)
+    if request.collectives:
+        env["SRIFTY_COLL_MIN_BYTES"] = str(request.min_bytes)
+        env["SRIFTY_COLL_MAX_BYTES"] = str(request.max_bytes)
+        env["SRIFTY_COLL_REPEATS"] = str(request.repeats)
+    return env
+

@@ -1,0 +1,164 @@
+"""What a solve returns: ranked rows, the Pareto front, and advice on what to measure.
+
+:class:`Recommendation` is one configuration with its figures (and where each came from);
+:class:`Result` holds the ranking, the Pareto front and the notes of one solve;
+:func:`measurement_advice` names the one EC2 profile that would make the chosen row's compute
+measured rather than transferred (:class:`MeasurementAdvice`), what it costs, and which ranked
+rows it could reorder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from srifty.profiling.ec2 import billed_hours
+from srifty.profiling.launcher import ProfileRequest
+from srifty.solver.constraints import Constraints, Objective
+
+if TYPE_CHECKING:  # pragma: no cover
+    from srifty.features import JobProfile
+
+SOURCES = ("measured", "predicted", "transferred")
+
+
+@dataclass
+class Recommendation:
+    """One configuration with its figures (every figure says where it came from)."""
+
+    config: str
+    market: str  # on-demand | spot | mixed
+    gpus: int
+    nodes: int
+    batch_split: dict[str, float]  # per-worker batch on each instance type
+    global_batch: float
+    iteration_ms: float
+    interval_ms: tuple[float, float]
+    throughput_samples_per_s: float  # expected goodput (interruptions discounted)
+    raw_throughput_samples_per_s: float
+    usd_per_hour: float
+    usd_per_million_samples: float
+    interruptions_per_hour: float
+    source: str
+    mixed: bool
+    hours_to_finish: float | None = None
+    usd_to_finish: float | None = None
+    rank: int | None = None
+    chosen: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["interval_ms"] = [round(self.interval_ms[0], 3), round(self.interval_ms[1], 3)]
+        for k in ("iteration_ms", "throughput_samples_per_s", "raw_throughput_samples_per_s", "global_batch"):
+            d[k] = round(d[k], 3)
+        for k in ("usd_per_hour", "usd_per_million_samples", "usd_to_finish"):
+            if d[k] is not None:
+                d[k] = round(d[k], 4)
+        d["batch_split"] = {k: round(v, 2) for k, v in self.batch_split.items()}
+        if d["hours_to_finish"] is not None:
+            d["hours_to_finish"] = round(d["hours_to_finish"], 4)
+        d["interruptions_per_hour"] = round(d["interruptions_per_hour"], 6)
+        if self.hours_to_finish is None:
+            d.pop("hours_to_finish")
+            d.pop("usd_to_finish")
+        return d
+
+
+@dataclass(frozen=True)
+class MeasurementAdvice:
+    """What would turn the chosen configuration's predicted compute on a type nobody profiled into
+    a measured one, what it costs, and which of the ranked rows it could reorder."""
+
+    config: str
+    instance_type: str
+    command: str
+    hours: float  # the most one instance of the EC2 profile is billed for
+    usd: float | None  # on demand, in the region recommended for
+    interval_ratio: tuple[float, float]  # the chosen row's interval over its point
+    overlapping: tuple[str, ...]  # ranked configurations whose throughput interval overlaps the chosen one's
+
+    def sentence(self) -> str:
+        lo, hi = self.interval_ratio
+        cost = (f"at most ${self.usd:.2f} ({self.hours:.2f} h of one {self.instance_type} on demand)"
+                if self.usd is not None else f"{self.hours:.2f} h of one {self.instance_type} (no price in the catalog)")
+        shown = ", ".join(self.overlapping[:3]) + (f" and {len(self.overlapping) - 3} more"
+                                                   if len(self.overlapping) > 3 else "")
+        settle = (f"; the chosen row's throughput interval overlaps those of {shown} in the ranking, whose order "
+                  "against it the measurement would settle" if self.overlapping else
+                  "; no other ranked row's interval overlaps the chosen one's, so the choice stands either way")
+        return (f"compute on {self.instance_type} is predicted, not measured (the interval spans x{lo:.2f} to "
+                f"x{hi:.2f} of {self.config}'s figure): `{self.command}` measures it, {cost}{settle}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["usd"] = None if self.usd is None else round(self.usd, 2)
+        d["hours"] = round(self.hours, 3)
+        d["interval_ratio"] = [round(x, 3) for x in self.interval_ratio]
+        d["overlapping"] = list(self.overlapping)
+        d["sentence"] = self.sentence()
+        return d
+
+
+def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
+    lo_ms, hi_ms = r.interval_ms
+    return r.throughput_samples_per_s * r.iteration_ms / hi_ms, r.throughput_samples_per_s * r.iteration_ms / lo_ms
+
+
+def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
+    """The one measurement that would make the chosen row's compute measured (None when it already is)."""
+    chosen = result.chosen
+    if chosen.source != "transferred":
+        return None
+    unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
+    if not unprofiled:
+        return None
+    itype = unprofiled[0]
+    batch = chosen.batch_split[itype]
+    command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
+               + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
+    hours = billed_hours(ProfileRequest(script=job.script))
+    price = catalog.ondemand_price(itype, result.constraints.region)
+    lo, hi = _throughput_interval(chosen)
+    overlapping = tuple(r.config for r in result.recommendations[1:]
+                        if _throughput_interval(r)[1] >= lo and _throughput_interval(r)[0] <= hi)
+    return MeasurementAdvice(chosen.config, itype, command, hours, None if price is None else price * hours,
+                             (chosen.interval_ms[0] / chosen.iteration_ms, chosen.interval_ms[1] / chosen.iteration_ms),
+                             overlapping)
+
+
+@dataclass
+class Result:
+    objective: Objective
+    objective_reason: str
+    constraints: Constraints
+    candidates_evaluated: int
+    model_rows: int
+    pruned_offers: list[str]
+    solve_seconds: float
+    model_seconds: float
+    recommendations: list[Recommendation]
+    pareto: list[Recommendation]
+    feasible: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> Recommendation:
+        return self.recommendations[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "objective": self.objective.value,
+            "objective_reason": self.objective_reason,
+            "constraints": {k: ([lim["what"] for lim in v] if k == "capacity" else v)
+                            for k, v in asdict(self.constraints).items() if v is not None and v != ()},
+            "candidates_evaluated": self.candidates_evaluated,
+            "feasible": self.feasible,
+            "model_rows": self.model_rows,
+            "pruned_offers": self.pruned_offers,
+            "solve_seconds": round(self.solve_seconds, 4),
+            "model_seconds": round(self.model_seconds, 4),
+            "recommendations": [r.to_dict() for r in self.recommendations],
+            "pareto": [r.to_dict() for r in self.pareto],
+            "notes": self.notes,
+        }

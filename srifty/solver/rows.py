@@ -1,0 +1,131 @@
+"""Result rows: a candidate index turned into a configuration and its figures, and the
+Pareto front.
+
+:func:`_config_text` writes a candidate as a configuration (``2xp3.8xlarge+1xg5.12xlarge@spot``);
+:func:`_recommendation` builds its :class:`srifty.solver.results.Recommendation`, with the
+batch split and interval of a mix; :func:`_pareto` finds the front of throughput vs $/h.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from srifty.catalog import Market
+from srifty.solver.results import Recommendation
+from srifty.solver.space import _Space
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+
+def _pareto(thr: "np.ndarray", price: "np.ndarray") -> "np.ndarray":
+    """Indices of the Pareto front (throughput up, $/h down), in $/h order: a point is kept when its
+    throughput beats (by 1e-9) every point before it in ($/h ascending, throughput descending) order.
+
+    A strided sample's front first discards every point that a sample point beats outright (no
+    more $/h, strictly more throughput): such a point is dropped by the full scan too and never
+    raises its running best, so only the few survivors need the lexsort."""
+    import numpy as np
+
+    n = len(thr)
+    if n > 20000:
+        s = np.arange(0, n, max(1, n // 4096))
+        so = np.lexsort((-thr[s], price[s]))
+        sp, st = price[s][so], np.maximum.accumulate(thr[s][so])
+        # bucket the $/h axis; a point in bucket b is beaten by the best sample point priced at or
+        # below the bucket's lower edge (a cheaper-or-equal point) when that one is strictly faster
+        lo, hi = float(price.min()), float(price.max())
+        nb = 1 << 16
+        width = (hi - lo) / nb or 1.0
+        edges = lo + width * np.arange(nb)
+        pos = np.searchsorted(sp, edges, side="right") - 1
+        best = np.where(pos >= 0, st[np.maximum(pos, 0)], -np.inf)
+        b = price - lo
+        b *= 1.0 / width
+        bi = b.astype(np.int32)
+        np.clip(bi, 0, nb - 1, out=bi)
+        # edges[bi] <= price holds up to rounding; keep a point unless its bucket edge is clearly below it
+        safe = edges[bi] <= price
+        cand = np.flatnonzero(~((best[bi] > thr) & safe))
+    else:
+        cand = np.arange(n)
+    order = cand[np.lexsort((-thr[cand], price[cand]))]
+    t_sorted = thr[order]
+    prev_best = np.concatenate(([-np.inf], np.maximum.accumulate(t_sorted)[:-1]))
+    return order[t_sorted > prev_best + 1e-9]
+
+
+def _mix_parts(space: _Space, blk: tuple, k: int) -> tuple[int, int, int, int]:
+    q = len(blk[3])
+    p, s = divmod(k, q)
+    return blk[1], int(blk[2][p]), int(blk[3][s]), int(blk[4][s])
+
+
+def _config_text(j: int, space: _Space) -> str:
+    blk, k = space.locate(j)
+    offers = space.offers
+    if blk[0] == "hom":
+        i = blk[1]
+        row = space.grid.loc[blk[2][k]]
+        spot = "@spot" if offers.market[i] is Market.SPOT else ""
+        wpn = "" if int(row.workers_per_node) == int(offers.slots[i]) else f":{int(row.workers_per_node)}"
+        return f"{int(row.nodes)}x{row.instance_type}{wpn}{spot}"
+    a, bb, na, nb = _mix_parts(space, blk, k)
+    sa = "@spot" if offers.market[a] is Market.SPOT else ""
+    sb = "@spot" if offers.market[bb] is Market.SPOT else ""
+    return f"{na}x{offers.instance_type[a]}{sa}+{nb}x{offers.instance_type[bb]}{sb}"
+
+
+def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
+                    usd_total: "np.ndarray | None") -> Recommendation:
+    blk, k = space.locate(j)
+    offers, grid = space.offers, space.grid
+    config = _config_text(j, space)
+    if blk[0] == "hom":
+        i = blk[1]
+        row = grid.loc[blk[2][k]]
+        market = offers.market[i].value
+        split = {str(row.instance_type): float(row.local_batch_size)}
+        gb = float(row.local_batch_size * row.world)
+        it, lo, hi, source = float(row.iteration_ms), float(row.interval_low_ms), float(row.interval_high_ms), str(row.source)
+        mixed, gpus, nodes = False, int(row.world), int(row.nodes)
+    else:
+        a, bb, na, nb = _mix_parts(space, blk, k)
+        ta, tb = offers.instance_type[a], offers.instance_type[bb]
+        ma, mb = offers.market[a], offers.market[bb]
+        market = ma.value if ma is mb else "mixed"
+        wa, wb = int(offers.slots[a]) * na, int(offers.slots[bb]) * nb
+        ra, rb = float(space.tab.speed[a]), float(space.tab.speed[bb])
+        gb = float(space.global_batch) if space.global_batch else space.b_ref * (wa + wb)
+        tc = gb / (wa * ra + wb * rb)
+        split = {ta: ra * tc, tb: rb * tc}
+        total = na + nb
+        rows = grid[(grid["nodes"] == total) & (((grid["instance_type"] == ta) & (grid["workers_per_node"] == offers.slots[a])) |
+                                                ((grid["instance_type"] == tb) & (grid["workers_per_node"] == offers.slots[bb])))]
+        rel_lo = float((rows["interval_low_ms"] / rows["iteration_ms"]).min())
+        rel_hi = float((rows["interval_high_ms"] / rows["iteration_ms"]).max())
+        # the split takes each type's compute as linear in its batch; outside the batches profiled
+        # it lies within ComputeCurve.bounds, and the equalised step within the slower type's
+        lows, highs = [1.0], [1.0]
+        for o, t in ((a, ta), (bb, tb)):
+            b0, b1 = space.tab.profiled[o]
+            if b1 and split[t] > b1:
+                lows.append(b1 / split[t])
+            elif b0 and split[t] < b0:
+                highs.append(b0 / split[t])
+        rel_lo, rel_hi = min(rel_lo, max(lows)), max(rel_hi, max(highs))
+        it = float(gb / cat["raw"][j] * 1e3)  # after the sum-of-parts cap
+        lo, hi = it * rel_lo, it * rel_hi
+        srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])
+        source = "transferred" if "transferred" in srcs else "predicted"
+        mixed, gpus, nodes = True, wa + wb, total
+    thr_j, price_j = float(cat["thr"][j]), float(cat["price"][j])
+    return Recommendation(
+        config=config, market=market, gpus=gpus, nodes=nodes, batch_split=split,
+        global_batch=gb, iteration_ms=it, interval_ms=(lo, hi), throughput_samples_per_s=thr_j,
+        raw_throughput_samples_per_s=float(cat["raw"][j]), usd_per_hour=price_j,
+        usd_per_million_samples=price_j / (thr_j * 3600.0) * 1e6 if thr_j > 0 else math.inf,
+        interruptions_per_hour=float(cat["rate"][j]), source=source,
+        mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
+        usd_to_finish=float(usd_total[j]) if usd_total is not None else None)

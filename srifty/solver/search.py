@@ -1,0 +1,219 @@
+"""The search: every candidate composed, evaluated, constrained and ranked (:func:`solve`).
+
+The flow (library first; ``srifty recommend`` only formats what :func:`solve` returns), with
+the module of srifty.solver that holds each step:
+
+1. **Offers**: every catalog instance type that passes the filters (region, name glob,
+   GPU types for EC2) in each market it is sold in (on-demand, spot), with its price
+   and interruption rate per node-hour (``offers``).
+2. **Latency model, once per distinct key**: a :class:`ThroughputOracle` predicts the
+   iteration time (with interval and source) of every distinct
+   (instance type, workers per node, nodes, per-worker batch) of the homogeneous grid —
+   a few thousand rows. Nothing else calls the model (``offers._grid``).
+3. **Prune** dominated offers, exactly (:func:`dominance`, :func:`_prune`; the argument is in
+   docs/recommend.md): an offer is dropped only when another can stand in for it in every
+   homogeneous and mixed candidate with no less throughput, no more $/h, no more
+   interruptions and no more spot, so no objective or constraint can prefer it (``space``).
+4. **Compose** (numpy, vectorised): homogeneous candidates directly; mixes of two offers of
+   different types over every node split with ``nA + nB <= max_nodes``. Synchronous data
+   parallelism waits for the slowest worker, so the global batch is split in proportion
+   to each type's per-worker speed (compute time equalised); the gradient allreduce over
+   the whole cluster costs the larger of the two types' communication overheads at the
+   total node count (the slowest link bounds it). A mix is capped at the sum of its
+   parts' throughputs (here; a row's figures: ``rows``).
+5. **Spot**: goodput = throughput × (1 − λ·(restart overhead + checkpoint interval / 2)),
+   with λ the cluster's interruptions per hour (the sum over its spot nodes: any
+   interruption stalls every synchronous worker; ``offers._goodput_into``).
+6. **Constraints** (``constraints``) as boolean masks; **rank** by the objective; **Pareto front** of
+   throughput vs $/h over the feasible set (``rows._pareto``). When nothing is feasible,
+   :func:`explain_infeasible` names the constraint(s) that rule everything out and the
+   nearest relaxation (``infeasible``). What comes back: ``results``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from srifty.catalog import Market
+from srifty.errors import SriftyError
+from srifty.oracle import ThroughputOracle
+from srifty.solver.constraints import Constraints, Objective, choose_objective
+from srifty.solver.infeasible import explain_infeasible
+from srifty.solver.offers import _goodput_into, _grid, build_offers
+from srifty.solver.results import Recommendation, Result
+from srifty.solver.rows import _config_text, _pareto, _recommendation
+from srifty.solver.space import _capacity_units, _offer_table, _prune, _Space
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+
+def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, objective: Objective | None = None,
+          top: int = 10, pareto_limit: int = 50, prune: bool = True) -> Result:
+    """Every candidate evaluated, constrained and ranked; raises :class:`InfeasibleError` when none is feasible.
+
+    ``prune=False`` composes every offer (the reference the exactness test compares against)."""
+    import numpy as np
+
+    c = constraints
+    c.validate()
+    if top < 1:
+        raise SriftyError(f"--top must be at least 1, got {top}.")
+    t_start = time.perf_counter()
+    obj, reason = choose_objective(c, objective)
+    offers, notes = build_offers(catalog, c)
+    grid, model_s = _grid(oracle, offers, c, notes)
+    N = c.max_nodes
+    b_ref = float(c.local_batch_size or oracle.default_local_batch())
+    mixing = bool(c.heterogeneous and c.max_types >= 2 and N >= 2)
+
+    tab = _offer_table(offers, grid, N)
+    units, limits = _capacity_units(offers, c.capacity)
+    # the most nodes of each offer alone within every limit of its market (inf: none counts it)
+    cap_nodes = np.array([min((lim.max_nodes(t) for lim in c.capacity if lim.market is m), default=np.inf)
+                          for t, m in zip(offers.instance_type, offers.market)], dtype=float)
+    keep = _prune(offers, tab, mixing, limited=cap_nodes < N) if prune else tab.valid.copy()
+    keep_i = np.nonzero(keep)[0]
+    pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(tab.valid & ~keep)[0]]
+    nodes_axis = np.arange(1, N + 1)
+    ckpt = c.restart_overhead_h + c.checkpoint_interval_h / 2.0
+
+    # ---- sizes, then one preallocated array per figure (no concatenation)
+    blocks: list[tuple] = []
+    sizes: list[int] = []
+    for i in keep_i:
+        blocks.append(("hom", int(i), tab.rows[int(i)]))
+        sizes.append(len(tab.rows[int(i)]))
+    if mixing:
+        nA, nB = np.meshgrid(nodes_axis, nodes_axis, indexing="ij")
+        sel = (nA + nB) <= N
+        nA, nB = nA[sel], nB[sel]
+        types = offers.instance_type
+        for ai, a in enumerate(keep_i):
+            Bs = np.array([b for b in keep_i[ai + 1:] if types[b] != types[a]], dtype=int)
+            if len(Bs):
+                blocks.append(("mix", int(a), Bs, nA, nB))
+                sizes.append(len(Bs) * len(nA))
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if sizes else np.zeros(1, np.int64)
+    n_cand = int(sum(sizes))
+    thr = np.empty(n_cand); raw = np.empty(n_cand); price = np.empty(n_cand); rate = np.empty(n_cand)
+    spot = np.empty(n_cand, bool)
+    within = np.ones(n_cand, bool) if len(limits) else None  # inside every capacity limit
+    g_thr = grid["throughput"].to_numpy(dtype=float); g_n = grid["nodes"].to_numpy()
+    is_spot = np.array([m is Market.SPOT for m in offers.market])
+
+    if mixing:  # per offer and node split, gathered once (a block then takes whole rows)
+        fA, fB = nA.astype(float), nB.astype(float)
+        over_s = tab.over[:, nA + nB - 1]  # offers × splits: overhead at the total node count
+        cap_a, cap_b = tab.cap[:, nA - 1], tab.cap[:, nB - 1]  # offers × splits: caps at nA, nB nodes
+    for blk, s0, size in zip(blocks, starts, sizes):
+        sl = slice(int(s0), int(s0) + size)
+        if blk[0] == "hom":
+            i, idx = blk[1], blk[2]
+            n = g_n[idx]
+            raw[sl] = g_thr[idx]
+            price[sl] = offers.price[i] * n
+            rate[sl] = offers.rate[i] * n
+            spot[sl] = is_spot[i]
+            if within is not None:
+                within[sl] = n <= cap_nodes[i]
+            _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)
+            continue
+        a, Bs = blk[1], blk[2]
+        P = len(Bs)
+        shp = (P, len(nA))
+        r_raw = raw[sl].reshape(shp); r_price = price[sl].reshape(shp); r_rate = rate[sl].reshape(shp)
+        wa, sa = float(offers.slots[a]), float(offers.slots[a] * tab.speed[a])
+        wb, sb = offers.slots[Bs].astype(float)[:, None], (offers.slots[Bs] * tab.speed[Bs])[:, None]
+        # total speed S (samples/ms) and global batch G
+        S = sb * fB; S += sa * fA
+        if c.global_batch_size:
+            G: Any = float(c.global_batch_size)
+        else:
+            G = wb * fB; G += wa * fA; G *= b_ref
+        # iteration = G / S (compute, equalised) + the slower link's overhead at the total node count
+        over = np.maximum(over_s[Bs], over_s[a])
+        np.divide(G, S, out=S); S += over  # S now holds the iteration time (ms)
+        np.divide(G, S, out=r_raw); r_raw *= 1e3
+        cap = cap_b[Bs]
+        cap += cap_a[a]
+        np.minimum(r_raw, cap, out=r_raw)
+        np.multiply(offers.price[Bs][:, None], fB, out=r_price); r_price += offers.price[a] * fA
+        np.multiply(offers.rate[Bs][:, None], fB, out=r_rate); r_rate += offers.rate[a] * fA
+        spot[sl].reshape(shp)[:] = is_spot[Bs][:, None] | is_spot[a]
+        if within is not None:
+            w = within[sl].reshape(shp)
+            for g in range(len(limits)):
+                w &= (units[g, Bs][:, None] * fB + units[g, a] * fA) <= limits[g] + 1e-9
+        _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)  # while the block is still in cache
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hours = np.where(thr > 0, (c.samples or 0.0) / (thr * 3600.0), np.inf) if c.samples else None
+    usd_total = hours * price if hours is not None else None
+    cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot}
+    space = _Space(offers, tab, grid, blocks, starts, b_ref, c.global_batch_size)
+
+    masks: dict[str, np.ndarray] = {"usable": thr > 0}
+    if c.budget_per_hour is not None:
+        masks["budget"] = price <= c.budget_per_hour + 1e-9
+    if c.total_budget is not None:
+        masks["total_budget"] = usd_total <= c.total_budget + 1e-9
+    if c.min_throughput is not None:
+        masks["min_throughput"] = thr >= c.min_throughput - 1e-9
+    if c.deadline_hours is not None:
+        masks["deadline"] = hours <= c.deadline_hours + 1e-12
+    if not c.spot:
+        masks["spot"] = ~spot
+    if c.max_interruption is not None:
+        masks["max_interruption"] = rate <= c.max_interruption + 1e-12
+    if within is not None:
+        masks["capacity"] = within
+    ok = masks["usable"].copy()
+    for k, m in masks.items():
+        if k != "usable":
+            ok &= m
+    feasible_idx = np.flatnonzero(ok)
+    if len(feasible_idx) == 0:
+        raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
+
+    # ---- rank: a partial sort picks the leaders, a full sort orders only them
+    fthr, fprice = thr[feasible_idx], price[feasible_idx]
+    if obj is Objective.THROUGHPUT:
+        primary, secondary = -fthr, fprice
+    elif obj is Objective.COST:
+        primary, secondary = (usd_total[feasible_idx] if usd_total is not None else fprice), -fthr
+    else:
+        primary, secondary = fprice / (fthr * 3600.0), -fthr
+    if len(primary) > top:
+        kth = np.partition(primary, top - 1)[top - 1]
+        lead = np.flatnonzero(primary <= kth)
+    else:
+        lead = np.arange(len(primary))
+    ranked = feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
+
+    # ---- Pareto front (throughput up, $/h down) over the feasible set
+    front = feasible_idx[_pareto(fthr, fprice)]
+    if len(front) > pareto_limit:
+        pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
+        front = front[pick]
+
+    def rec(j: int) -> Recommendation:
+        return _recommendation(int(j), space, cat, hours, usd_total)
+
+    recs = [rec(j) for j in ranked]
+    for k, r in enumerate(recs):
+        r.rank = k + 1
+    recs[0].chosen = True
+    pareto = [rec(j) for j in front]
+    chosen_cfg = recs[0].config
+    for p in pareto:
+        p.chosen = p.config == chosen_cfg
+    if pruned:
+        notes.append(f"pruned {len(pruned)} dominated offer(s) before composing (exact: each has a cheaper-or-equal, "
+                     f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
+    notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
+    if getattr(oracle, "hit", False):
+        notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
+    return Result(obj, reason, c, n_cand, len(grid), pruned, time.perf_counter() - t_start, model_s, recs, pareto,
+                  int(len(feasible_idx)), notes)

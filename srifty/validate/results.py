@@ -1,0 +1,201 @@
+"""What a validation fold yields and how the folds pool: per-row errors of the model and the
+baselines (:class:`SplitResult`), a corpus's noise floor from its repeated measurements
+(:class:`ReplicateFloor`, :func:`replicate_floor`) and the report that gathers them
+(:class:`ValidationReport`: pooled errors, and breakdowns by regime and node count).
+
+Kept apart from the folds that fill it (srifty.validate.folds) so that the renderers
+(srifty.validate.report) read the results without the model-fitting machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from srifty.features import JobProfile, run_config
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+METHODS = ("model", "simulator", "pollux", "linear")
+
+
+@dataclass
+class SplitResult:
+    split: str
+    fold: str
+    n: int
+    errors: dict[str, "np.ndarray"]  # method -> absolute percentage errors
+    measured: "np.ndarray"
+    predicted: dict[str, "np.ndarray"]
+    grad_known: "np.ndarray | None" = None  # rows whose gradient size the profile states (not estimated, not unknown)
+    inside: "np.ndarray | None" = None  # rows whose measured time lies in the model's predicted interval
+    nodes: "np.ndarray | None" = None  # each row's node count
+    # each row's measured share of the step beyond its slowest worker's compute alone (exposed
+    # communication and what data parallelism costs besides): its regime
+    beyond_compute: "np.ndarray | None" = None
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        import numpy as np
+
+        return {m: {"mape": float(np.mean(e)), "median": float(np.median(e)), "p90": float(np.percentile(e, 90))}
+                for m, e in self.errors.items()}
+
+
+@dataclass(frozen=True)
+class ReplicateFloor:
+    """How far a corpus's repeated measurements of one configuration lie from each other: the
+    error a predictor that knew each configuration's true mean step time would still make."""
+
+    corpus: str
+    rows: int  # multi-worker rows measured more than once (as the model sees them)
+    configurations: int  # distinct (model, configuration, per-worker batch) among them
+    mape: float  # estimated absolute percentage error of the true mean, %
+    by_model: tuple[tuple[str, float, int], ...]  # (model, MAPE %, rows)
+
+
+def replicate_floor(jobs: Sequence[JobProfile], corpus: str = "") -> ReplicateFloor | None:
+    """The noise floor of a corpus's multi-worker runs, from the rows it measured more than once.
+
+    Rows are replicates when the latency model cannot tell them apart: same model, same per-worker
+    batch, and the same instance type and worker count on each node up to the order of the nodes
+    (Pollux recorded placements 1+2+1+2 and 1+1+2+2 as different runs). Each row is compared with
+    the mean of its replicates: |y − mean of the others| · √((n−1)/n) / y estimates its distance
+    from the configuration's true mean (the √ term removes the others' own noise, so a pair
+    is not counted twice), averaged over rows. None when nothing was measured twice.
+    """
+    import numpy as np
+
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for j in jobs:
+        for r in j.runs:
+            if r.world_size < 2:
+                continue
+            types = [t for g in run_config(r).groups for t in [g.instance_type] * g.count]
+            nodes = tuple(sorted(zip(types, r.workers_per_node)))
+            groups.setdefault((j.model, nodes, r.local_batch_size), []).append(r.step_ms)
+    per_model: dict[str, list[float]] = {}
+    for (model, _, _), ys in groups.items():
+        n = len(ys)
+        if n < 2:
+            continue
+        y = np.asarray(ys, dtype=float)
+        others = (y.sum() - y) / (n - 1)
+        per_model.setdefault(model, []).extend(np.abs(y - others) * np.sqrt((n - 1) / n) / y * 100)
+    if not per_model:
+        return None
+    every = [e for es in per_model.values() for e in es]
+    configurations = sum(1 for (m, _, _), ys in groups.items() if len(ys) >= 2)
+    return ReplicateFloor(corpus, len(every), configurations, float(np.mean(every)),
+                          tuple((m, float(np.mean(es)), len(es)) for m, es in sorted(per_model.items())))
+
+
+@dataclass
+class ValidationReport:
+    results: list[SplitResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    floors: list[ReplicateFloor] = field(default_factory=list)
+
+    def pooled(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per split (all folds pooled): method -> {mape, median, p90, n}."""
+        import numpy as np
+
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for split in dict.fromkeys(r.split for r in self.results):
+            rs = [r for r in self.results if r.split == split]
+            out[split] = {}
+            for m in METHODS:
+                e = np.concatenate([r.errors[m] for r in rs])
+                out[split][m] = {"mape": float(np.mean(e)), "median": float(np.median(e)),
+                                 "p90": float(np.percentile(e, 90)), "n": int(len(e))}
+            if all(r.inside is not None for r in rs):
+                out[split]["model"]["inside_interval"] = float(np.mean(np.concatenate([r.inside for r in rs])))
+        return out
+
+    def _grad_known_rows(self, split: str) -> tuple["np.ndarray", "np.ndarray"] | None:
+        """The model's errors and the node counts over ``split``'s rows whose gradient size is
+        stated; None when the split has no such flags or every row has it stated."""
+        import numpy as np
+
+        rs = [r for r in self.results if r.split == split and r.grad_known is not None]
+        if not rs or all(r.grad_known.all() for r in rs):
+            return None
+        e = np.concatenate([r.errors["model"][r.grad_known] for r in rs])
+        n = np.concatenate([r.nodes[r.grad_known] if r.nodes is not None else np.full(int(r.grad_known.sum()), np.nan)
+                            for r in rs])
+        return e, n
+
+    def pooled_grad_known(self) -> dict[str, tuple[float, int]]:
+        """(model MAPE, rows) over the rows whose gradient size is stated, for the splits where
+        some rows lack it (e.g. Pollux models without a sourced parameter count)."""
+        import numpy as np
+
+        out = {}
+        for split in dict.fromkeys(r.split for r in self.results):
+            rows = self._grad_known_rows(split)
+            if rows is not None and len(rows[0]):
+                out[split] = (float(np.mean(rows[0])), int(len(rows[0])))
+        return out
+
+    def grad_known_by_nodes(self) -> dict[str, tuple[tuple[float, int], tuple[float, int]]]:
+        """Per split of :meth:`pooled_grad_known` with both kinds of row: (model MAPE, rows) over the
+        gradient-size-stated rows on one node (several workers) and over those on several nodes."""
+        import numpy as np
+
+        out = {}
+        for split in self.pooled_grad_known():
+            e, n = self._grad_known_rows(split)
+            one, many = e[n == 1], e[n > 1]
+            if len(one) and len(many):
+                out[split] = ((float(np.mean(one)), len(one)), (float(np.mean(many)), len(many)))
+        return out
+
+
+    def breakdown(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
+                  ) -> dict[str, list[dict[str, Any]]]:
+        """Per split, per group of rows (``group`` maps a fold's rows to indices into ``labels``):
+        rows, the model's MAPE, the best baseline's, and the share inside the model's interval."""
+        import numpy as np
+
+        out: dict[str, list[dict[str, Any]]] = {}
+        for split in dict.fromkeys(r.split for r in self.results):
+            rs = [r for r in self.results if r.split == split and r.inside is not None]
+            if not rs:
+                continue
+            idx = np.concatenate([group(r) for r in rs])
+            errors = {m: np.concatenate([r.errors[m] for r in rs]) for m in METHODS}
+            inside = np.concatenate([r.inside for r in rs])
+            cells = []
+            for k, label in enumerate(labels):
+                mine = idx == k
+                if not mine.any():
+                    continue
+                base = min(METHODS[1:], key=lambda m: float(np.mean(errors[m][mine])))
+                cells.append({"group": label, "rows": int(mine.sum()), "model_mape": float(np.mean(errors["model"][mine])),
+                              "baseline": base, "baseline_mape": float(np.mean(errors[base][mine])),
+                              "inside_interval": float(np.mean(inside[mine]))})
+            out[split] = cells
+        return out
+
+    def by_regime(self) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`breakdown` by REGIMES: the measured share of the step beyond compute alone."""
+        import numpy as np
+
+        edges = [hi for _, hi in REGIMES[:-1]]
+        return self.breakdown(lambda r: np.digitize(r.beyond_compute, edges) if r.beyond_compute is not None
+                              else np.full(r.n, -1), [label for label, _ in REGIMES])
+
+    def by_nodes(self) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`breakdown` by node count (NODE_BINS)."""
+        import numpy as np
+
+        edges = [hi + 0.5 for _, hi in NODE_BINS[:-1]]
+        return self.breakdown(lambda r: np.digitize(r.nodes, edges) if r.nodes is not None
+                              else np.full(r.n, -1), [label for label, _ in NODE_BINS])
+
+
+# Regimes of a row, by its measured share of the step beyond its slowest worker's compute alone
+# (label, upper edge): where communication is hidden, where it shows, where it sets the step.
+REGIMES = (("compute-bound (<10% beyond compute)", 0.10), ("mixed (10-40%)", 0.40),
+           ("communication-bound (>40%)", 1.01))
+NODE_BINS = (("1 node", 1), ("2 nodes", 2), ("3-4 nodes", 4), ("5-8 nodes", 8), ("9+ nodes", 10**6))
