@@ -8,6 +8,7 @@ return; scripts and notebooks call them directly::
     print(outcome.result.chosen.config, outcome.result.chosen.throughput_samples_per_s)
     api.write_plan(outcome, "plan/")
     [p] = api.predict(["profiles/local/cnn_resnet.json"], ["2xg5.12xlarge"])
+    predictor = api.fit(["profiles/pollux"], "model.npz")
 
 Errors are :class:`srifty.errors.SriftyError` (a message and a hint).
 """
@@ -17,24 +18,29 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from srifty import importer, model
 from srifty.capacity import capacity_limits
 from srifty.catalog import Catalog
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError
-from srifty.features import JobProfile
+from srifty.features import JobProfile, load_allreduce_rows, load_collectives, load_corpus
+from srifty.importer import ImportResult
 from srifty.launch import LaunchReport, launch
-from srifty.model import Prediction
+from srifty.model import Prediction, Predictor
+from srifty.outputs import Input, Output, check_writable, refuse_clobbering
 from srifty.plan import Plan, make_plan
 from srifty.plan import write_plan as write_plan_files
 from srifty.profile import Profile
+from srifty.profiling.ec2.cleanup import Cleanup
+from srifty.profiling.ec2.cleanup import cleanup as ec2_cleanup
 from srifty.profiling.launcher import ProfileRequest, get_backend
 from srifty.oracle import (PREDICTION_CODE, CachedOracle, ModelOracle, default_model_path, file_identity,
                            load_inputs, load_predictor)
 from srifty.solver import Constraints, MeasurementAdvice, Objective, Result, measurement_advice, solve
 
 __all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile", "predict",
-           "recommend", "write_plan", "launch", "validate"]
+           "recommend", "write_plan", "launch", "validate", "fit", "import_trace", "evaluate", "cleanup_ec2"]
 
 Say = Callable[[str], None]
 
@@ -49,6 +55,34 @@ def profile(script: str | None, out: str, backend: str = "local", **options: Any
     request = ProfileRequest(script=script, **options)
     doc = get_backend(backend).profile(request, out)
     return Profile(doc, out)
+
+
+def import_trace(trace: str, out_dir: str, skip_bad: bool = False, replace: bool = False) -> ImportResult:
+    """A CSV trace of measured runs as profiles in ``out_dir`` (``srifty import``): one per model
+    and instance type, one worker per GPU on the GPU types the catalog knows."""
+    cat = Catalog.default()
+
+    def gpu_slots(instance_type: str) -> int | None:
+        it = cat.get(instance_type) if cat.has(instance_type) else None
+        return it.workers_per_node if it is not None and (it.gpu_count or it.accelerator_count) else None
+
+    return importer.import_trace(trace, out_dir, skip_bad=skip_bad, replace=replace, slots=gpu_slots)
+
+
+def fit(corpora: Sequence[str], out: str | Path, quick: bool = False) -> Predictor:
+    """The latency model trained on ``corpora`` (default: the shipped ones) and saved to ``out``
+    (``srifty fit``); an ``out`` that is one of the corpora's files is refused."""
+    paths = model.corpus_paths(corpora)
+    if not paths:
+        raise SriftyError("No training corpus given and none shipped found.", "Give profile directories to fit on.")
+    out_file = Output(str(out), "--out")
+    refuse_clobbering([out_file], [Input(p, "the corpus") for p in paths])
+    check_writable(out_file)
+    jobs = load_corpus(paths)
+    predictor = Predictor.train(jobs, model.catalog_for_jobs(jobs), quick=quick, collectives=load_collectives(paths),
+                                allreduce=measured_allreduce()[0] + load_allreduce_rows(paths))
+    model.save(predictor, out)
+    return predictor
 
 
 def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tuple[str | ClusterConfig, int]],
@@ -158,6 +192,46 @@ class ValidationOutcome:
     cpu_to_gpu: list[Any]
     corpora: list[str]
 
+    def markdown(self, command: str, plot_ref: str | None = None) -> str:
+        """docs/ACCURACY.md: every table, headed by the ``command`` that produced it and linking
+        the plot at ``plot_ref`` (relative to the page)."""
+        from srifty import cpu_to_gpu
+        from srifty import validate as v
+        from srifty.opmodel import shipped_step_model
+
+        rel = [str(Path(p).resolve().relative_to(model.ROOT)) if Path(p).resolve().is_relative_to(model.ROOT) else p
+               for p in self.corpora]
+        return (v.render_markdown(self.report, command, rel, plot_ref)
+                + v.render_allreduce(self.allreduce, self.allreduce_notes)
+                + v.render_gpu_transfer(self.gpu_transfer, self.gpu_transfer_notes)
+                + (cpu_to_gpu.render(self.cpu_to_gpu, shipped_step_model(), command) if self.cpu_to_gpu else "")
+                + v.render_batch_scaling(self.batch_scaling))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The pooled figures of every check (``srifty validate --json``)."""
+        from srifty import cpu_to_gpu
+        from srifty import validate as v
+
+        report = self.report
+        allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
+                      "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}}
+                     for c in self.allreduce]
+        known = {k: {"mape": mape, "n": n} for k, (mape, n) in report.pooled_grad_known().items()}
+        gpu_transfer = {ds: {"transfers": len(mine), **{f"{k}_mape": float(e.mean())
+                                                         for k, e in v.transfer_errors(mine).items()}}
+                        for ds, mine in v.by_dataset(self.gpu_transfer).items()}
+        floors = {f.corpus: {"rows": f.rows, "configurations": f.configurations, "mape": f.mape,
+                             "by_model": {name: {"mape": mape, "rows": n} for name, mape, n in f.by_model}}
+                  for f in report.floors}
+        return {"splits": report.pooled(), "grad_known": known, "by_regime": report.by_regime(),
+                "by_nodes": report.by_nodes(), "noise_floor": floors, "allreduce": allreduce,
+                "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(self.batch_scaling),
+                "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu), "notes": self.notes}
+
+    @property
+    def notes(self) -> list[str]:
+        return self.report.notes + self.allreduce_notes + self.gpu_transfer_notes
+
 
 def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet) -> ValidationOutcome:
     """Validate on ``corpora`` (default: the shipped ones), each corpus on its own (models of
@@ -206,3 +280,64 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
         cpu_gpu = cpu_to_gpu.validate_cpu_to_gpu(cpu, h200, Catalog.default(),
                                                  m.load(shipped) if shipped else m.default_predictor())
     return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths)
+
+
+def evaluate(script: str, spec: str, cases: Sequence[str], batch_size: int, types: Sequence[str] | None = None,
+             max_hosts: int = 3, max_seconds: float = 8.0, work_dir: str = "runs/evaluate",
+             corpora: Sequence[str] = (), compare_path: str | None = None, say: Say = _quiet) -> Any:
+    """``srifty evaluate``: every configuration of the emulated catalog ``spec`` (up to
+    ``max_hosts`` hosts of ``types``) run for real with ``script`` at ``batch_size`` per worker,
+    and the recommendation of each case (``budget=N,min_throughput=N,objective=...`` texts)
+    checked against them; with ``compare_path`` (an earlier evaluation's JSON), how far the
+    measured figures moved since. Returns a :class:`srifty.evaluate.Evaluation`."""
+    import json
+    import os
+
+    from srifty import evaluate as ev
+
+    if os.geteuid() != 0:
+        raise SriftyError("srifty evaluate runs jobs on the emulated cluster, which needs root "
+                          "(network namespaces, tc, cgroups).", "Run it as root (e.g. with sudo).")
+    if max_hosts < 1:
+        raise SriftyError(f"max_hosts must be at least 1 (got {max_hosts}).")
+    parsed = [ev.Case.parse(c) for c in cases] or [ev.Case()]
+    previous = None
+    if compare_path:
+        try:
+            previous = json.loads(Path(compare_path).read_text(encoding="utf-8"))
+            if not isinstance(previous, dict) or not isinstance(previous.get("candidates"), list):
+                raise ValueError("no candidates list")
+        except (OSError, ValueError) as e:
+            raise SriftyError(f"--compare {compare_path}: not an evaluation's JSON ({e}).",
+                              "Give the file that `srifty evaluate --json` printed for an earlier run.") from None
+    evaluator = ev.Evaluator(script, spec, work_dir, batch_size, list(types) if types else None, max_hosts=max_hosts,
+                             max_seconds=max_seconds, corpus=tuple(corpora), say=say)
+    result = evaluator.run(parsed)
+    if previous is not None:
+        result.drift = ev.compare_recordings(previous, result, ev.recording_label(previous, compare_path))
+        if result.drift is None:
+            say(f"--compare {compare_path}: nothing to compare (another model or batch size, or no multi-host "
+                "configuration measured in both with its hosts alone).")
+    return result
+
+
+def cleanup_ec2(run_id: str | None = None, region: str | None = None, dry_run: bool = False,
+                client: Any = None) -> Cleanup:
+    """Terminate the instances srifty's EC2 runs left alive (``run_id``: one run's) and delete
+    their placement groups (``srifty ec2 cleanup``); ``client``: an ``ec2`` client to use instead
+    of one from the standard AWS credential chain."""
+    import os
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    try:
+        if client is None:
+            import boto3
+
+            client = boto3.session.Session(region_name=region).client("ec2")
+        return ec2_cleanup(client, region, run_id, dry_run)
+    except (ClientError, BotoCoreError) as exc:
+        raise SriftyError(f"Could not list or terminate srifty's instances in {region}: {exc}",
+                          "Check your AWS credentials and that they allow ec2:DescribeInstances and "
+                          "ec2:TerminateInstances (docs/aws-permissions.md).") from None

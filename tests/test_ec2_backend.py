@@ -737,7 +737,7 @@ def test_placement_group_holds_the_nodes_and_is_deleted_after(aws, catalog, tmp_
 
 
 def test_cleanup_deletes_srifty_placement_groups_once_empty(aws) -> None:
-    from srifty.commands.ec2 import cleanup_placement_groups
+    from srifty.profiling.ec2 import cleanup_placement_groups
 
     ec2 = PlacementGroupsEc2(aws[0])
     tags = [{"Key": "srifty:managed", "Value": "true"}, {"Key": "srifty:run-id", "Value": "r1"}]

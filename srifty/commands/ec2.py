@@ -3,13 +3,11 @@ prompt with which ``srifty profile --backend ec2`` asks to launch."""
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 import click
 
-from srifty.errors import SriftyError
 
 EPILOG = """\b
 Examples:
@@ -37,62 +35,19 @@ def ec2() -> None:
     """Find and terminate EC2 instances that srifty's ec2 profiling backend launched."""
 
 
-def cleanup_instances(client: Any, run_id: str | None, dry_run: bool) -> list[dict[str, Any]]:
-    """The srifty-tagged instances still alive (terminated unless ``dry_run``)."""
-    from srifty.profiling.ec2 import find_leftovers
-
-    found = find_leftovers(client, run_id)
-    ids = [f["id"] for f in found]
-    if ids and not dry_run:
-        for i in range(0, len(ids), 500):
-            client.terminate_instances(InstanceIds=ids[i:i + 500])
-    return found
-
-
-def cleanup_placement_groups(client: Any, run_id: str | None, dry_run: bool) -> tuple[list[str], list[str]]:
-    """srifty's cluster placement groups: (deleted, or listed when ``dry_run``; still holding
-    instances, to delete once those have terminated)."""
-    from botocore.exceptions import ClientError
-
-    from srifty.profiling.ec2 import find_placement_groups
-
-    done, busy = [], []
-    for name in find_placement_groups(client, run_id):
-        if dry_run:
-            done.append(name)
-            continue
-        try:
-            client.delete_placement_group(GroupName=name)
-            done.append(name)
-        except ClientError:  # instances still in it (shutting down): a later cleanup deletes it
-            busy.append(name)
-    return done, busy
-
-
 @ec2.command("cleanup", epilog=EPILOG)
 @click.option("--run-id", help="Only this run's instances (the id srifty printed when it launched them).")
 @click.option("--region", help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
 @click.option("--dry-run", is_flag=True, help="List what would be terminated, terminate nothing.")
 def cleanup(run_id: str | None, region: str | None, dry_run: bool) -> None:
     """Terminate every instance tagged srifty:managed=true that is still pending, running or stopped."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-    from botocore.parsers import ResponseParserError
+    from srifty import api
 
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    try:
-        client = boto3.session.Session(region_name=region).client("ec2")
-        found = cleanup_instances(client, run_id, dry_run)
-    except (ClientError, BotoCoreError) as exc:
-        raise SriftyError(f"Could not list or terminate srifty's instances in {region}: {exc}",
-                          "Check your AWS credentials and that they allow ec2:DescribeInstances and "
-                          "ec2:TerminateInstances (docs/aws-permissions.md).") from None
-    groups, busy = [], []
-    try:  # placement groups cost nothing: failing to list them must not fail the instances' clean-up
-        groups, busy = cleanup_placement_groups(client, run_id, dry_run)
-    except (ClientError, BotoCoreError, ResponseParserError) as exc:
-        click.echo(f"warning: could not list or delete srifty's placement groups in {region} ({exc}); they cost "
-                   "nothing, and need ec2:DescribePlacementGroups and ec2:DeletePlacementGroup "
+    done = api.cleanup_ec2(run_id, region, dry_run)
+    region, found, groups, busy = done.region, done.instances, done.placement_groups, done.busy_groups
+    if done.groups_error:  # placement groups cost nothing: failing to list them does not fail the clean-up
+        click.echo(f"warning: could not list or delete srifty's placement groups in {region} ({done.groups_error}); "
+                   "they cost nothing, and need ec2:DescribePlacementGroups and ec2:DeletePlacementGroup "
                    "(docs/aws-permissions.md)", err=True)
     scope = f"run {run_id}" if run_id else "any srifty run"
     for name in groups:

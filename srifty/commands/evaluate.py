@@ -9,7 +9,6 @@ import sys
 import click
 
 from srifty.commands import params
-from srifty.errors import SriftyError
 from srifty.outputs import Input, Output, check_plot_format, check_writable, refuse_clobbering
 
 
@@ -47,14 +46,10 @@ def evaluate(script: str, spec: str, cases: tuple[str, ...], batch_size: int, ty
     """Check srifty's recommendation against every configuration actually run (emulated cluster)."""
     import os
 
+    from srifty import api
     from srifty import evaluate as ev_mod
     from srifty.profile import atomic_write_text
 
-    if os.geteuid() != 0:
-        raise SriftyError("srifty evaluate runs jobs on the emulated cluster, which needs root "
-                          "(network namespaces, tc, cgroups).", "Run it as root (e.g. with sudo).")
-    if max_hosts < 1:
-        raise SriftyError(f"--max-hosts must be at least 1 (got {max_hosts}).")
     if plot_path:
         check_plot_format(plot_path)
     outputs = [o for o in (Output(report or "", "--report"), Output(plot_path or "", "--plot")) if o.path]
@@ -62,26 +57,10 @@ def evaluate(script: str, spec: str, cases: tuple[str, ...], batch_size: int, ty
                                 *(Input(c, "--corpus") for c in corpus)])
     for o in outputs:
         check_writable(o)
-    parsed = [ev_mod.Case.parse(c) for c in cases] or [ev_mod.Case()]
-    previous = None
-    if compare_path:
-        try:
-            previous = json.loads(open(compare_path, encoding="utf-8").read())
-            if not isinstance(previous, dict) or not isinstance(previous.get("candidates"), list):
-                raise ValueError("no candidates list")
-        except (OSError, ValueError) as e:
-            raise SriftyError(f"--compare {compare_path}: not an evaluation's JSON ({e}).",
-                              "Give the file that `srifty evaluate --json` printed for an earlier run.") from None
-    batch = batch_size
     say = (lambda m: click.echo(m, err=True)) if not as_json else (lambda m: None)
-    evaluator = ev_mod.Evaluator(script, spec, work_dir, batch, [t.strip() for t in types.split(",")] if types else None,
-                                 max_hosts=max_hosts, max_seconds=max_seconds, corpus=corpus, say=say)
-    result = evaluator.run(parsed)
-    if previous is not None:
-        result.drift = ev_mod.compare_recordings(previous, result, ev_mod.recording_label(previous, compare_path))
-        if result.drift is None:
-            say(f"--compare {compare_path}: nothing to compare (another model or batch size, or no multi-host "
-                "configuration measured in both with its hosts alone).")
+    result = api.evaluate(script, spec, cases, batch_size, [t.strip() for t in types.split(",")] if types else None,
+                          max_hosts=max_hosts, max_seconds=max_seconds, work_dir=work_dir, corpora=corpus,
+                          compare_path=compare_path, say=say)
     command = "srifty evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "srifty evaluate"
     if plot_path:
         ev_mod.plot(result, plot_path)

@@ -40,16 +40,9 @@ cannot be simulated and multi-worker predictions get a wide interval and a warni
               "ones, refuse to touch recorded ones).")
 def import_cmd(trace: str, out_dir: str, skip_bad: bool, replace: bool) -> None:
     """Turn a CSV trace of measured runs into profiles (one per model and instance type)."""
-    from srifty.catalog import Catalog
-    from srifty.importer import import_trace
+    from srifty import api
 
-    cat = Catalog.default()
-
-    def gpu_slots(instance_type: str) -> int | None:  # GPU types the catalog knows: one worker per GPU
-        it = cat.get(instance_type) if cat.has(instance_type) else None
-        return it.workers_per_node if it is not None and (it.gpu_count or it.accelerator_count) else None
-
-    result = import_trace(trace, out_dir, skip_bad=skip_bad, replace=replace, slots=gpu_slots)
+    result = api.import_trace(trace, out_dir, skip_bad=skip_bad, replace=replace)
     for path in result.merged:
         click.echo(f"note: {path} already held imported runs: the new ones were added to them", err=True)
     for line, why in result.bad_rows:
@@ -73,21 +66,9 @@ Examples:
 @click.option("--quick", is_flag=True, help="A smaller fit (for CI).")
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""
-    from srifty import model as m
-    from srifty.comm import measured_allreduce
-    from srifty.features import load_allreduce_rows, load_collectives, load_corpus
+    from srifty import api
 
-    paths = m.corpus_paths(corpus)
-    if not paths:
-        raise SriftyError("No training corpus given and none shipped found.", "Give profile directories to fit on.")
-    out_file = Output(out, "--out")
-    refuse_clobbering([out_file], [Input(p, "the corpus") for p in paths])
-    check_writable(out_file)
-    jobs = load_corpus(paths)
-    cat = m.catalog_for_jobs(jobs)
-    pred = m.Predictor.train(jobs, cat, quick=quick, collectives=load_collectives(paths),
-                             allreduce=measured_allreduce()[0] + load_allreduce_rows(paths))
-    m.save(pred, out)
+    pred = api.fit(corpus, out, quick)
     meta = pred.meta
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
                            "instance_types": meta["instance_types"], "link_scale": meta["link_scale"],
@@ -179,7 +160,6 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     from srifty import api, cpu_to_gpu
     from srifty import model as m
     from srifty import validate as v
-    from srifty.opmodel import shipped_step_model
     from srifty.profile import atomic_write_text
 
     paths = m.corpus_paths(corpus)
@@ -192,12 +172,8 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     if readme:  # no markers: say so before minutes of fitting
         v.replace_readme_summary(Path(readme).read_text(), "")
     done = api.validate(corpus, quick, say=lambda line: click.echo(line, err=True))
-    report, checks, comm_notes = done.report, done.allreduce, done.allreduce_notes
-    transfer, transfer_notes, batch_checks, cpu_gpu = (done.gpu_transfer, done.gpu_transfer_notes,
-                                                       done.batch_scaling, done.cpu_to_gpu)
+    report, checks, transfer, cpu_gpu = done.report, done.allreduce, done.gpu_transfer, done.cpu_to_gpu
     command = "srifty validate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["validate"] else "srifty validate"
-    root = m.ROOT
-    rel = [str(Path(p).resolve().relative_to(root)) if Path(p).resolve().is_relative_to(root) else p for p in paths]
     if plot:
         v.write_plot(report, plot)
     if out:
@@ -205,31 +181,14 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         if plot:
             plot_ref = str(Path(plot).resolve().relative_to(Path(out).resolve().parent)) \
                 if Path(plot).resolve().is_relative_to(Path(out).resolve().parent) else plot
-        atomic_write_text(out, v.render_markdown(report, command, rel, plot_ref) + v.render_allreduce(checks, comm_notes)
-                          + v.render_gpu_transfer(transfer, transfer_notes)
-                          + (cpu_to_gpu.render(cpu_gpu, shipped_step_model(), command) if cpu_gpu else "")
-                          + v.render_batch_scaling(batch_checks))
+        atomic_write_text(out, done.markdown(command, plot_ref))
     if readme:
         text = Path(readme).read_text()
         atomic_write_text(readme, v.replace_readme_summary(text, v.render_readme_summary(report, command)))
-    pooled = report.pooled()
     if as_json:
-        allreduce = [{"instance_type": c.instance_type, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
-                      "sizes": len(c.sizes), **{f"{k}_mape": c.mape(k) for k in v.COMM_METHODS}} for c in checks]
-        known = {k: {"mape": mape, "n": n} for k, (mape, n) in report.pooled_grad_known().items()}
-        gpu_transfer = {ds: {"transfers": len(mine), **{f"{k}_mape": float(e.mean())
-                                                         for k, e in v.transfer_errors(mine).items()}}
-                        for ds, mine in v.by_dataset(transfer).items()}
-        floors = {f.corpus: {"rows": f.rows, "configurations": f.configurations, "mape": f.mape,
-                             "by_model": {name: {"mape": mape, "rows": n} for name, mape, n in f.by_model}}
-                  for f in report.floors}
-        click.echo(json.dumps({"splits": pooled, "grad_known": known, "by_regime": report.by_regime(),
-                               "by_nodes": report.by_nodes(), "noise_floor": floors, "allreduce": allreduce,
-                               "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(batch_checks),
-                               "cpu_to_gpu": cpu_to_gpu.summary(cpu_gpu),
-                               "notes": report.notes + comm_notes + transfer_notes},
-                              indent=1))
+        click.echo(json.dumps(done.to_dict(), indent=1))
         return
+    pooled = report.pooled()
     w = max([12] + [len(k) for k in pooled])
     click.echo(f"{'split':<{w}} {'rows':>5}  " + "  ".join(f"{m_:>22}" for m_ in v.METHODS))
     click.echo(f"{'':<{w}} {'':>5}  " + "  ".join(f"{'MAPE/median/p90 %':>22}" for _ in v.METHODS))
@@ -255,5 +214,5 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         got = cpu_to_gpu.summary(cpu_gpu)
         click.echo(f"CPU profile to GPU ({got['pairs']} steps, leave one model out): median error "
                    f"{100 * got['median_abs_error']:.0f}%, {got['inside']} inside their interval")
-    for n in report.notes + comm_notes + transfer_notes:
+    for n in done.notes:
         click.echo(f"note: {n}", err=True)

@@ -12,7 +12,8 @@ the run; the rest of the package does the work, one concern a module:
 - ``instances``: launching, watching and terminating instances, the registry of those
   launched, and the latch that keeps repeated Ctrl-C from cutting the clean-up short;
 - ``run``: the instance types profiled in parallel, and the clean-up on every exit path;
-- ``groups``: the run's placement group, and finding what srifty left (``srifty ec2 cleanup``);
+- ``groups``: the run's placement group, and finding what srifty left by its tags;
+- ``cleanup``: terminating and deleting what srifty left (``srifty ec2 cleanup``);
 - ``node``: the backend on the instance (node mode: one torchrun agent per node);
 - ``aws``: srifty's tags, the states and error codes read, and the lazily created clients.
 """
@@ -20,6 +21,7 @@ the run; the rest of the package does the work, one concern a module:
 from srifty.profiling.ec2.aws import (CAPACITY_ERRORS, LIVE_STATES, LOST_STATES, TAG_ATTEMPT, TAG_MANAGED, TAG_RUN_ID,
                                       TAG_TYPE, AwsClients, client_error_code)
 from srifty.profiling.ec2.backend import Ec2Backend
+from srifty.profiling.ec2.cleanup import Cleanup, cleanup, cleanup_instances, cleanup_placement_groups
 from srifty.profiling.ec2.config import (BOOT_OVERHEAD_S, CostLimit, Ec2Config, billed_hours, config_path, cost_limit,
                                          time_cap)
 from srifty.profiling.ec2.cost import CostEstimate
@@ -37,7 +39,8 @@ _client_error_code = client_error_code  # the name it had when the backend was o
 
 __all__ = [
     "CAPACITY_ERRORS", "LIVE_STATES", "LOST_STATES", "TAG_ATTEMPT", "TAG_MANAGED", "TAG_RUN_ID", "TAG_TYPE",
-    "AwsClients", "client_error_code", "Ec2Backend", "BOOT_OVERHEAD_S", "CostLimit", "Ec2Config", "billed_hours",
+    "AwsClients", "client_error_code", "Ec2Backend", "Cleanup", "cleanup", "cleanup_instances",
+    "cleanup_placement_groups", "BOOT_OVERHEAD_S", "CostLimit", "Ec2Config", "billed_hours",
     "config_path", "cost_limit", "time_cap", "CostEstimate", "create_placement_group", "delete_placement_group",
     "find_leftovers", "find_placement_groups", "placement_group_name", "DEFAULT_AMI_OWNER", "DEFAULT_AMI_PATTERN",
     "InstanceRegistry", "Instances", "InterruptLatch", "NODE_ENV", "RDZV_PORT", "rendezvous_doc", "RunSetup",
