@@ -70,11 +70,11 @@ gpu-step:
 gpu-check:
 	mkdir -p runs && PY=$(BIN)/python scripts/gpu_check.sh runs/gpu-check 2>&1 | tee runs/gpu-check.log
 
-# The latency model shipped with srifty (srifty/data/latency-model.skops + .card.json), trained on
+# The latency model shipped with srifty (srifty/data/latency-model.npz + .card.json), trained on
 # the shipped corpus, and its golden predictions (tests/data/golden-predictions.json); rerun after
 # changing the corpus, or after raising MODEL_REVISION (tests say when).
 model:
-	$(BIN)/srifty fit --quick --out srifty/data/latency-model.skops
+	$(BIN)/srifty fit --quick --out srifty/data/latency-model.npz
 	$(BIN)/python scripts/golden_predictions.py --write
 
 # Latency-model accuracy on the shipped corpus: writes docs/ACCURACY.md and docs/accuracy.png.

@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--profile", default="profiles/local/cnn_resnet.json")
     ap.add_argument("--max-nodes", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--model", default=None, help="skops model file, 'simulator', or default (cached model)")
+    ap.add_argument("--model", default=None, help="model file from srifty fit, 'simulator', or default (cached model)")
     a = ap.parse_args()
 
     from srifty import oracle as oracles

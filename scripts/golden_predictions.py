@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = (read_card(SHIPPED_MODEL) or {}).get("data_sha256")
     if old and old.get("revision") == MODEL_REVISION and old.get("data_sha256") == corpus and changes:
         print(f"Predictions moved, but MODEL_REVISION is still {MODEL_REVISION} and the corpus is the same:\n  "
-              + "\n  ".join(changes) + "\nRaise MODEL_REVISION in srifty/model.py, then run `make model` again.",
+              + "\n  ".join(changes) + "\nRaise MODEL_REVISION in srifty/model/persistence.py, then run `make model` again.",
               file=sys.stderr)
         return 1
     from srifty.profile import atomic_write_text

@@ -183,6 +183,7 @@ class CachedOracle:
 
 
 # The code whose changes change a cached prediction (part of the prediction cache's key).
+CACHED_MODEL = "latency-model.npz"  # in the cache directory: the model trained here when the shipped one is stale
 PREDICTION_CODE = tuple(str(f) for f in MODEL_CODE) + (str(Path(__file__).resolve()),)
 
 
@@ -281,8 +282,8 @@ def load_inputs(profile_paths: Sequence[str], catalog: "Catalog | None",
 
 def default_model_path() -> "Any":
     """The latency model ``srifty recommend`` uses: $SRIFTY_MODEL; else the model shipped with
-    srifty (trained on the shipped corpus) when this installation's libraries can load it; else
-    one trained here once and kept in the cache directory."""
+    srifty (trained on the shipped corpus) when it is current; else one trained here once and
+    kept in the cache directory."""
     import os
     from pathlib import Path
 
@@ -291,11 +292,11 @@ def default_model_path() -> "Any":
 
     if os.environ.get("SRIFTY_MODEL"):
         return Path(os.environ["SRIFTY_MODEL"])
-    return model_mod.shipped_model() or (cache_dir() / "latency-model.skops")
+    return model_mod.shipped_model() or (cache_dir() / CACHED_MODEL)
 
 
 def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
-    """``simulator``: none (analytical simulator only); a path, or $SRIFTY_MODEL: that skops file,
+    """``simulator``: none (analytical simulator only); a path, or $SRIFTY_MODEL: that model file,
     loaded as it is (never retrained over); None: the default model (:func:`default_model_path`),
     trained once on the shipped corpus (profiles/pollux, profiles/lambda, profiles/emulated) and
     cached when the shipped one cannot be used."""
@@ -320,12 +321,12 @@ def load_predictor(model: str | None, say: Any = None) -> "Predictor | None":
                 if say:
                     say(f"The cached latency model {path} cannot be used ({exc.message}); training it again.")
         elif say:
-            say(f"The cached latency model {path} was trained on another corpus or with other library "
-                "versions; training it again.")
+            say(f"The cached latency model {path} was trained on another corpus or by another model revision; "
+                "training it again.")
     if path == model_mod.SHIPPED_MODEL:  # never rewrite the installed package: train into the cache
         from srifty.catalog import cache_dir
 
-        path = cache_dir() / "latency-model.skops"
+        path = cache_dir() / CACHED_MODEL
     if say:
         say(f"Training the latency model on the shipped corpus once (under a minute); it is saved to {path}.")
     pred = model_mod.default_predictor(quick=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,22 @@ def test_validate_returns_every_check_of_the_report() -> None:
     assert any(line.startswith("lomo-1gpu: holding out") for line in lines)
     assert done.allreduce and done.gpu_transfer and done.batch_scaling
     assert len(done.cpu_to_gpu) == 9 and all(c.pair.gpu == "H200" for c in done.cpu_to_gpu)
+
+
+def test_import_and_fit_as_the_commands_do(tmp_path) -> None:
+    """api.import_trace writes the profiles `srifty import` writes; api.fit trains on them and
+    saves a model that loads back to the same predictions."""
+    from srifty import model as m
+
+    trace = PROFILES.parent / "data" / "traces" / "lambda_ec2.import.csv"
+    result = api.import_trace(str(trace), str(tmp_path / "lib"))
+    cli = run_srifty("import", str(trace), "--out", str(tmp_path / "cli"))
+    assert cli.returncode == 0
+    assert sorted(Path(p).relative_to(tmp_path / "lib") for p in result.written) == \
+        sorted(p.relative_to(tmp_path / "cli") for p in (tmp_path / "cli").rglob("*.json"))
+    predictor = api.fit([str(tmp_path / "lib")], tmp_path / "model.npz", quick=True)
+    assert predictor.meta["rows"] > 0 and m.read_card(tmp_path / "model.npz")["rows"] == predictor.meta["rows"]
+    loaded = m.load(tmp_path / "model.npz")
+    assert loaded.latency.parts_.keys() == predictor.latency.parts_.keys() and loaded.meta["rows"] == predictor.meta["rows"]
+    with pytest.raises(Exception, match="--out"):  # an output inside the corpus is refused
+        api.fit([str(tmp_path / "lib")], tmp_path / "lib" / "model.npz", quick=True)

@@ -1,5 +1,5 @@
 """Latency model: simulator arithmetic, profile reading, emulated transfer, sweep fit, the learned
-model against baselines on a held-out model, the predict CLI and skops persistence.
+model against baselines on a held-out model, the predict CLI and the model file.
 
 Fast by construction: synthetic profiles for the emulated paths, one small model fitted once per
 module (a subsample of the Pollux corpus), the CLI run in-process (click's runner) except once.
@@ -8,6 +8,7 @@ module (a subsample of the Pollux corpus), the CLI run in-process (click's runne
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -460,9 +461,9 @@ def test_unknown_gradient_size_spans_the_corpus_slowdowns() -> None:
 def test_transferred_gpu_compute_widens_the_interval_by_the_measured_transfer_spread(monkeypatch) -> None:
     import pandas as pd
 
-    from srifty import model as model_mod
     from srifty.features import FEATURES
     from srifty.gpuspeed import TransferError
+    from srifty.model import latency as model_mod  # predict_interval reads gpu_transfer_error there
     from srifty.model import LatencyModel
 
     n = 60
@@ -601,7 +602,7 @@ def model_file(pollux_jobs: list[Any], tmp_path_factory: pytest.TempPathFactory)
     from srifty.catalog import Catalog
 
     pred = m.Predictor.train(pollux_jobs, Catalog.default(), quick=True)
-    out = tmp_path_factory.mktemp("m") / "m.skops"
+    out = tmp_path_factory.mktemp("m") / "m.npz"
     m.save(pred, out)
     return out
 
@@ -816,10 +817,8 @@ def test_unknown_type_did_you_mean_real_cli(model_file: Path) -> None:
     assert res.returncode != 0 and "Did you mean 'g4dn.12xlarge'" in res.stderr
 
 
-def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_jobs: list[Any],
-                                                      tmp_path: Path) -> None:
-    import skops.io as sio
-
+def test_model_file_round_trip_and_refuses_what_is_not_arrays(model_file: Path, pollux_jobs: list[Any],
+                                                              tmp_path: Path) -> None:
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
@@ -831,8 +830,8 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
 
     tabled = m.Predictor(pred.latency, replace(pred.link_scale, emulated_goodput_by_mbit=((50.0, 0.86), (200.0, 0.93))),
                          pred.meta)
-    m.save(tabled, tmp_path / "tabled.skops")
-    assert m.load(tmp_path / "tabled.skops").link_scale == tabled.link_scale
+    m.save(tabled, tmp_path / "tabled.npz")
+    assert m.load(tmp_path / "tabled.npz").link_scale == tabled.link_scale
     assert pred.latency.n_features_in_ == len(pred.latency.feature_names_in_)
     # the loaded model answers exactly as the one that was saved
     cat = Catalog.default()
@@ -849,17 +848,27 @@ def test_skops_round_trip_and_refuses_untrusted_types(model_file: Path, pollux_j
     assert pred.latency.parts_["real"].trend == pytest.approx(again.latency.parts_["real"].trend)
     assert pred.latency.parts_["real"].trend != (0.0, 0.0)  # Pollux runs span 1 to 16 nodes: a line was fitted
     assert pred.latency.parts_["real"].shrink == again.latency.parts_["real"].shrink
-    evil = tmp_path / "evil.skops"
-    sio.dump({"format": "srifty-latency-model", "x": Path("/etc/passwd")}, str(evil))
-    with pytest.raises(m.ModelError, match="does not trust"):
-        m.load(evil)
-    assert b"pickle" not in Path(model_file).read_bytes()[:4]
-    # loading does not drag torch in (skops' scan of scikit-learn would import it)
+    # a file of another format, or of the skops archives srifty wrote before, says so
+    old = tmp_path / "old.skops"
+    with zipfile.ZipFile(old, "w") as z:
+        z.writestr("schema.json", "{}")
+    with pytest.raises(m.ModelError, match="older srifty"):
+        m.load(old)
+    # a tree whose nodes point outside it is refused before it is walked
+    with np.load(model_file, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["real_upper_right"] = arrays["real_upper_right"] + 10_000
+    broken = tmp_path / "broken.npz"
+    with open(broken, "wb") as fh:
+        np.savez(fh, **arrays)
+    with pytest.raises(m.ModelError, match="inconsistent"):
+        m.load(broken)
+    # loading imports neither scikit-learn nor skops nor torch
     import subprocess
     import sys
 
     code = (f"import sys; from srifty import model as m; m.load({str(model_file)!r}); "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+            "bad = [k for k in ('sklearn', 'skops', 'torch') if k in sys.modules]; assert not bad, bad")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
 
@@ -877,7 +886,7 @@ def test_estimator_contract() -> None:
 
 
 def test_shipped_model_is_current_with_the_shipped_corpus() -> None:
-    """srifty/data/latency-model.skops (``make model``) answers recommend's first run without a
+    """srifty/data/latency-model.npz (``make model``) answers recommend's first run without a
     minute of training; it must be trained on exactly the corpus shipped beside it."""
     from srifty import model as m
     from srifty.comm import measured_allreduce
@@ -903,19 +912,18 @@ def test_default_model_prefers_the_shipped_one_and_retrains_a_stale_cache(
 
     monkeypatch.delenv("SRIFTY_MODEL", raising=False)
     monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path))
-    # the shipped model is used as it is when this installation has its library versions
-    monkeypatch.setattr(m, "installed_versions", lambda: m.read_card(m.SHIPPED_MODEL)["libraries"])
+    # the shipped model is used as it is while its card is current
     assert oracle.default_model_path() == m.SHIPPED_MODEL
-    # other library versions: the shipped model is not used, the cache is
-    monkeypatch.setattr(m, "installed_versions", lambda: {"scikit-learn": "0.0.0"})
-    cache = tmp_path / "latency-model.skops"
+    # another model revision: the shipped model is not used, the cache is
+    monkeypatch.setattr(m.persistence, "MODEL_REVISION", m.MODEL_REVISION + 1)
+    cache = tmp_path / oracle.CACHED_MODEL
     assert oracle.default_model_path() == cache
+    monkeypatch.setattr(m.persistence, "MODEL_REVISION", m.MODEL_REVISION)
+    monkeypatch.setattr(m.persistence, "SHIPPED_MODEL", tmp_path / "not-shipped.npz")
     # a cache trained on another corpus (the Pollux subset of `model_file`) is retrained, not trusted
     shutil.copy(model_file, cache)
     shutil.copy(m.card_path(model_file), m.card_path(cache))
     card = json.loads(m.card_path(cache).read_text())
-    card["libraries"]["scikit-learn"] = "0.0.0"
-    m.card_path(cache).write_text(json.dumps(card))
     assert card["data_sha256"] != m.read_card(m.SHIPPED_MODEL)["data_sha256"]
     trained: list[str] = []
     monkeypatch.setattr(m, "default_predictor", lambda quick=False: trained.append("x") or m.load(model_file))
@@ -1116,18 +1124,18 @@ def test_a_damaged_shipped_model_is_not_overwritten(monkeypatch: pytest.MonkeyPa
 
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    bad = pkg / "latency-model.skops"
+    bad = pkg / "latency-model.npz"
     bad.write_bytes(b"not a zip")
     shutil.copy(m.card_path(model_file), m.card_path(bad))
     monkeypatch.setattr(m, "SHIPPED_MODEL", bad)
-    monkeypatch.setattr(m, "installed_versions", lambda: m.read_card(bad)["libraries"])
+    monkeypatch.setattr(m.persistence, "SHIPPED_MODEL", bad)  # what shipped_model() reads
     monkeypatch.setattr(m, "default_predictor", lambda quick=False: m.load(model_file))
     monkeypatch.delenv("SRIFTY_MODEL", raising=False)
     monkeypatch.setenv("SRIFTY_CATALOG_DIR", str(tmp_path / "cache"))
     assert oracle.default_model_path() == bad
     said: list[str] = []
     assert oracle.load_predictor(None, said.append) is not None
-    assert bad.read_bytes() == b"not a zip" and (tmp_path / "cache" / "latency-model.skops").exists()
+    assert bad.read_bytes() == b"not a zip" and (tmp_path / "cache" / oracle.CACHED_MODEL).exists()
     assert any("cannot be used" in s for s in said)
 
 

@@ -58,11 +58,11 @@ def import_cmd(trace: str, out_dir: str, skip_bad: bool, replace: bool) -> None:
 @click.command("fit", epilog="""\b
 Examples:
   srifty fit                                 # the shipped corpus (profiles/pollux, profiles/lambda, profiles/emulated)
-  srifty fit profiles/pollux my_profiles/ --out model.skops
+  srifty fit profiles/pollux my_profiles/ --out model.npz
 """)
 @click.argument("corpus", nargs=-1, type=click.Path())
-@click.option("--out", "-o", default="latency-model.skops", show_default=True, type=click.Path(dir_okay=False),
-              help="Model file to write (skops format, no pickle).")
+@click.option("--out", "-o", default="latency-model.npz", show_default=True, type=click.Path(dir_okay=False),
+              help="Model file to write (numpy arrays and JSON; no pickle).")
 @click.option("--quick", is_flag=True, help="A smaller fit (for CI).")
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""

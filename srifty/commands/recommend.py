@@ -126,7 +126,7 @@ def plot_front(result: Any, path: str) -> None:
               help="Profile file(s) or a directory of one model's profiles.")
 @click.option("--catalog", "catalog_path", metavar="FILE", help="Catalog CSV or emulated YAML (default: the EC2 catalog).")
 @click.option("--model", "model_path", metavar="FILE|simulator",
-              help="Latency model (skops file from srifty's model), or 'simulator' for the analytical simulator "
+              help="Latency model (a file from `srifty fit`), or 'simulator' for the analytical simulator "
                    "alone. Default: the cached model, trained once on the shipped corpus.")
 @click.option("--budget", type=params.positive(), help="Most $ per hour.")
 @click.option("--total-budget", type=params.positive(), help="Most $ for the whole job (needs --samples or --epochs).")

@@ -1,0 +1,365 @@
+"""The learned residual over the simulator, and its calibrated intervals.
+
+:class:`LatencyModel` (scikit-learn estimator contract) predicts log(measured / simulated) with
+a HistGradientBoostingRegressor on the features of :mod:`srifty.features`, one
+:class:`ResidualPart` per regime (real clusters, emulated hosts); quantile models
+(loss='quantile'), widened by the error on held-out models and outside the training range, give
+an interval. The fitted trees are kept as arrays (:class:`srifty.trees.TreeEnsemble`, which
+predicts exactly what the estimator does), so that a loaded model needs no scikit-learn. :func:`gpu_transfer_error` is the measured spread of GPU-to-GPU compute transfers
+that widens the interval of a transferred row. :class:`ModelError` is the model's one error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Sequence
+
+from srifty.errors import SriftyError
+from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
+from srifty.trees import TreeEnsemble
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import pandas as pd
+
+    from srifty.gpuspeed import TransferError
+
+TREND_ALPHA = 1.0  # HuberRegressor's L2 penalty on the log(nodes) slope of the residual
+EXTRAPOLATION_WIDEN = 2.0  # interval half-width (in log space) multiplier outside the training range
+
+
+class ModelError(SriftyError):
+    """A latency model that cannot be trained, loaded or used as asked."""
+
+
+MIN_RESIDUAL_ROWS = 10  # fewer rows of a regime than this: no residual model for it (the simulator alone)
+NO_RESIDUAL_HALF_WIDTH = 0.15  # log-space interval half-width without a residual model (about ±15%)
+SHRINK_GRID = tuple(i / 10 for i in range(11))  # shares of the learned residual tried on held-out groups
+REGIMES = ("real", "emulated")
+
+
+@dataclass
+class ResidualPart:
+    """The residual model of one regime: centre and quantile trees, and the feature range seen."""
+
+    model: TreeEnsemble
+    lower: TreeEnsemble
+    upper: TreeEnsemble
+    feature_min: "np.ndarray"
+    feature_max: "np.ndarray"
+    n_rows: int
+    # 5% / 95% quantiles of the log error on groups (models) held out of the fit: how wrong the
+    # centre is on a model it never saw (None: fitted without groups, or fewer than 2 of them)
+    held_out_error: tuple[float, float] | None = None
+    # lowest / highest log(measured / compute alone) over the multi-worker training runs: how
+    # much slower than its own compute a data-parallel run of this regime has been. It bounds
+    # the interval of a row whose gradient size is unknown (communication not simulated).
+    multi_worker_slowdown: tuple[float, float] | None = None
+    # how much of the learned residual to apply (0..1): chosen on the same held-out groups, where
+    # a residual learned from the other models helps a model it never saw only in part
+    shrink: float = 1.0
+    # (intercept, slope) of the residual's trend in log(nodes), fitted before the trees, which
+    # then model what is left: trees are flat beyond the largest cluster seen, the trend is not
+    trend: tuple[float, float] = (0.0, 0.0)
+
+
+class LatencyModel:
+    """Iteration time = simulator × exp(learned residual); quantile models give an interval.
+
+    ``fit(X, y)``: X is a feature table from :class:`srifty.features.FeatureBuilder` (the
+    FEATURES columns plus ``sim_ms``), y the measured iteration times in ms.
+
+    Real clusters and emulated hosts are separate regimes (the ``emulated`` column): each gets
+    its own residual model, fitted on its own rows only, because what the simulator misses on
+    GPUs over EC2 networks says nothing about CPU-throttled hosts over shaped links. A regime
+    with fewer than MIN_RESIDUAL_ROWS rows gets none: its prediction is the simulator's.
+    """
+
+    def __init__(self, max_iter: int = 200, learning_rate: float = 0.05, max_leaf_nodes: int = 15,
+                 min_samples_leaf: int = 20, l2_regularization: float = 1.0,
+                 quantiles: tuple[float, float] = (0.05, 0.95), random_state: int = 0) -> None:
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_samples_leaf = min_samples_leaf
+        self.l2_regularization = l2_regularization
+        self.quantiles = quantiles
+        self.random_state = random_state
+
+    @staticmethod
+    def _log_nodes(A: "np.ndarray") -> "np.ndarray":
+        """log(nodes) of residual-feature rows (the "nodes" column of either regime's features)."""
+        import numpy as np
+
+        return np.log(np.maximum(A[:, RESIDUAL_FEATURES.index("nodes")], 1.0))
+
+    def _fit_trend(self, A: "np.ndarray", r: "np.ndarray") -> tuple[float, float]:
+        """A robust line through the residual against log(nodes) (HuberRegressor; (0, 0) when
+        every row has one node count, so that there is no slope to learn).
+
+        The slope is never negative: the simulator already carries how the allreduce scales
+        with the cluster, and what a larger cluster adds beyond it (contention in the shared
+        network, more stragglers to wait for) only slows a step. A falling line through clusters
+        of a few nodes (the traces' 2-node rows are their slowest) would predict a larger cluster
+        faster than its own ring; a flat one (the residual's robust centre) is kept instead."""
+        import numpy as np
+        from sklearn.linear_model import HuberRegressor
+
+        x = self._log_nodes(A)
+        if np.ptp(x) == 0:
+            return 0.0, 0.0
+        line = HuberRegressor(alpha=TREND_ALPHA).fit(x[:, None], r)
+        if line.coef_[0] < 0:
+            flat = HuberRegressor(alpha=0.0, fit_intercept=False).fit(np.ones((len(r), 1)), r)
+            return float(flat.coef_[0]), 0.0
+        return float(line.intercept_), float(line.coef_[0])
+
+    def _trend(self, A: "np.ndarray", trend: tuple[float, float]) -> "np.ndarray":
+        return trend[0] + trend[1] * self._log_nodes(A)
+
+    def _detrend(self, A: "np.ndarray", r: "np.ndarray") -> tuple[tuple[float, float], "np.ndarray"]:
+        """The log(nodes) line through the residual ``r`` and what it leaves for the trees."""
+        trend = self._fit_trend(A, r)
+        return trend, r - self._trend(A, trend)
+
+    def _hgb(self, **kw: Any) -> Any:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        return HistGradientBoostingRegressor(
+            max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
+            min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
+            random_state=self.random_state, **kw)
+
+    def _check_X(self, X: "pd.DataFrame", fitting: bool = False) -> "np.ndarray":
+        import numpy as np
+
+        missing = [c for c in FEATURES + ["sim_ms"] if c not in getattr(X, "columns", [])]
+        if missing:
+            raise ModelError(f"X lacks the feature column(s) {', '.join(missing)}; "
+                             f"LatencyModel is expecting {len(FEATURES)} features plus sim_ms.",
+                             "Build X with srifty.features.FeatureBuilder.frame().")
+        if not fitting:
+            self._check_fitted()
+        return np.asarray(X[RESIDUAL_FEATURES], dtype=float)
+
+    @staticmethod
+    def _A(X: "pd.DataFrame", name: str, mask: "np.ndarray") -> "np.ndarray":
+        import numpy as np
+
+        return np.asarray(X.loc[mask, REGIME_FEATURES[name]] if mask is not None else X[REGIME_FEATURES[name]],
+                          dtype=float)
+
+    @staticmethod
+    def _regime(X: "pd.DataFrame") -> "np.ndarray":
+        import numpy as np
+
+        return np.where(np.asarray(X["emulated"], dtype=float) > 0.5, 1, 0)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "parts_"):
+            raise ModelError("This LatencyModel is not fitted yet.", "Call fit(X, y) first (or `srifty fit`).")
+
+    def fit(self, X: "pd.DataFrame", y: Sequence[float], groups: Sequence[str] | None = None) -> "LatencyModel":
+        """``groups``: the model (job) of each row. When given, each regime's interval is also
+        calibrated on held-out groups: every group in turn is predicted by a centre model fitted
+        on the others, and the 5%/95% quantiles of those errors bound the interval
+        (:meth:`predict_interval`), because the quantile models, fitted on the training models'
+        own rows, are too narrow for a model never seen."""
+        import numpy as np
+
+        A = self._check_X(X, fitting=True)
+        y = np.asarray(y, dtype=float)
+        if len(y) != len(A):
+            raise ModelError(f"X has {len(A)} rows but y has {len(y)}.")
+        if len(y) < MIN_RESIDUAL_ROWS:
+            raise ModelError(f"Too few measured multi-worker runs to fit on ({len(y)}; at least "
+                             f"{MIN_RESIDUAL_ROWS} needed).",
+                             "Add profiles with several workers (srifty import, or srifty profile on a cluster).")
+        if np.any(~np.isfinite(y)) or np.any(y <= 0):
+            raise ModelError("y must hold positive, finite iteration times (ms).")
+        r = np.log(y / np.asarray(X["sim_ms"], dtype=float))
+        reg = self._regime(X)
+        self.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
+        self.n_features_in_ = len(RESIDUAL_FEATURES)
+        self.parts_: dict[str, ResidualPart | None] = {}
+        for i, name in enumerate(REGIMES):
+            m = reg == i
+            if not m.any():
+                continue
+            if m.sum() < MIN_RESIDUAL_ROWS:
+                self.parts_[name] = None
+                continue
+            Ai, ri = self._A(X, name, m), r[m]
+            finite = np.where(np.isfinite(Ai), Ai, np.nan)
+            with np.errstate(all="ignore"):
+                fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
+            n = int(m.sum())
+            held_out, shrink = self._held_out(Ai, ri, np.asarray(groups, dtype=object)[m]) \
+                if groups is not None else (None, 1.0)
+            trend, rest = self._detrend(Ai, ri)
+            # kept as arrays (srifty.trees): the estimators' own predictions, without scikit-learn
+            centre, lower, upper = (TreeEnsemble.from_estimator(e.fit(Ai, rest)) for e in (
+                self._hgb(), self._hgb(loss="quantile", quantile=self.quantiles[0]),
+                self._hgb(loss="quantile", quantile=self.quantiles[1])))
+            self.parts_[name] = ResidualPart(centre, lower, upper, fmin, fmax, n, held_out, self._slowdown(X, y, m),
+                                             shrink, trend)
+        self.n_rows_ = len(y)
+        return self
+
+    def _slowdown(self, X: "pd.DataFrame", y: "np.ndarray", mask: "np.ndarray") -> tuple[float, float] | None:
+        """(lowest, highest) log(measured / compute alone) over the rows of ``mask`` with several
+        workers (None without a ``compute_ms`` column or such rows). The whole range, not its 5/95%
+        quantiles: it bounds a model whose gradient size is unknown, which may sit anywhere in it
+        or past it, and quantiles pooled over rows understate how far models differ (Pollux ncf held
+        out: 36% of its rows fell inside the quantiles of the other three models)."""
+        import numpy as np
+
+        if "compute_ms" not in getattr(X, "columns", []):
+            return None
+        compute = np.asarray(X["compute_ms"], dtype=float)
+        multi = mask & (np.asarray(X["world_size"], dtype=float) > 1) & np.isfinite(compute) & (compute > 0)
+        if not multi.any():
+            return None
+        r = np.log(y[multi] / compute[multi])
+        return float(np.min(r)), float(np.max(r))
+
+    def _held_out(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray") -> tuple[tuple[float, float] | None, float]:
+        """Each group predicted by a centre model fitted on the others: the share of the residual
+        to apply (SHRINK_GRID value with the least mean absolute error per group, groups weighted
+        equally) and the 5%/95% quantiles of the log errors with it. ((None, 1.0) with fewer than
+        2 groups or too few rows outside one.)"""
+        import numpy as np
+
+        names = sorted(set(groups))
+        if len(names) < 2:
+            return None, 1.0
+        pred = np.empty(len(r))
+        for g in names:
+            test = groups == g
+            if (~test).sum() < MIN_RESIDUAL_ROWS:
+                return None, 1.0
+            trend, rest = self._detrend(A[~test], r[~test])
+            pred[test] = self._trend(A[test], trend) + self._hgb().fit(A[~test], rest).predict(A[test])
+
+        def error(k: float) -> float:
+            return float(np.mean([np.mean(np.abs(np.expm1(r[groups == g] - k * pred[groups == g]))) for g in names]))
+
+        shrink = min(SHRINK_GRID, key=error)
+        err = r - shrink * pred
+        return (float(np.quantile(err, self.quantiles[0])), float(np.quantile(err, self.quantiles[1]))), shrink
+
+    def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
+        """(regime, row mask, its part) for the regimes present in X."""
+        reg = self._regime(X)
+        return [(name, reg == i, self.parts_.get(name)) for i, name in enumerate(REGIMES) if (reg == i).any()]
+
+    def residual(self, X: "pd.DataFrame") -> "np.ndarray":
+        """Predicted log(measured / simulated) per row (0 where the regime has no residual model)."""
+        import numpy as np
+
+        A = self._check_X(X)
+        out = np.zeros(len(A))
+        for name, m, part in self._each(X):
+            if part is not None:
+                Am = self._A(X, name, m)
+                out[m] = part.shrink * (self._trend(Am, part.trend) + part.model.predict(Am))
+        return out
+
+    def predict(self, X: "pd.DataFrame") -> "np.ndarray":
+        """Predicted iteration time (ms) for every row of X."""
+        import numpy as np
+
+        return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.residual(X))
+
+    def out_of_range(self, X: "pd.DataFrame") -> list[list[str]]:
+        """For each row, the features outside the range its regime saw in training."""
+        import numpy as np
+
+        A = self._check_X(X)
+        out: list[list[str]] = [[] for _ in range(len(A))]
+        for name, m, part in self._each(X):
+            idx = np.nonzero(m)[0]
+            if part is None:
+                for i in idx:
+                    out[i] = [f"regime '{name}' (too few training runs for a residual model)"]
+                continue
+            Am = self._A(X, name, m)
+            with np.errstate(invalid="ignore"):
+                low = (Am < part.feature_min - 1e-9) & np.isfinite(Am)
+                high = (Am > part.feature_max + 1e-9) & np.isfinite(Am)
+            for k, i in enumerate(idx):
+                out[i] = [REGIME_FEATURES[name][j] for j in np.nonzero(low[k] | high[k])[0]]
+        return out
+
+    @staticmethod
+    def communication_unknown(X: "pd.DataFrame") -> "np.ndarray":
+        """Rows with several workers whose gradient size is unknown (their communication is not
+        simulated, so the simulator's figure is compute alone)."""
+        import numpy as np
+
+        return ~np.isfinite(np.asarray(X["log_grad_mb"], dtype=float)) & (np.asarray(X["world_size"], dtype=float) > 1)
+
+    def predict_interval(self, X: "pd.DataFrame") -> tuple["np.ndarray", "np.ndarray"]:
+        """(low, high) ms: the quantile models, widened outside the training range."""
+        import numpy as np
+
+        self._check_X(X)  # raises on a table that is not the model's
+        center = self.residual(X)
+        lo, hi = center - NO_RESIDUAL_HALF_WIDTH, center + NO_RESIDUAL_HALF_WIDTH
+        for name, m, part in self._each(X):
+            if part is not None:
+                Am = self._A(X, name, m)
+                trend = self._trend(Am, part.trend)
+                lo[m] = np.minimum(trend + part.lower.predict(Am), center[m])
+                hi[m] = np.maximum(trend + part.upper.predict(Am), center[m])
+                if part.held_out_error is not None:  # no narrower than the error on unseen models
+                    lo[m] = np.minimum(lo[m], center[m] + part.held_out_error[0])
+                    hi[m] = np.maximum(hi[m], center[m] + part.held_out_error[1])
+                blind = m & self.communication_unknown(X)
+                if part.multi_worker_slowdown is not None and blind.any():
+                    # no gradient size, so sim_ms is the compute alone: anywhere from there to
+                    # the slowdowns the training corpus's multi-worker runs reached
+                    lo[blind] = np.minimum(lo[blind], part.multi_worker_slowdown[0])
+                    hi[blind] = np.maximum(hi[blind], part.multi_worker_slowdown[1])
+        # one worker on a profiled type: the estimate is the type's compute curve (Predictor.predict,
+        # ModelOracle), no residual, so none of the residual's interval: only the curve's own
+        # bounds below. A transferred one keeps the residual's widened interval: the transfer
+        # spread was measured between GPUs, and a CPU-profiled job carried to a GPU misses further
+        transferred = np.asarray(X["transferred"], dtype=float) > 0
+        # a step from the operator model carries its own interval (batch_low/high), measured on GPUs
+        by_operators = np.asarray(X["by_operators"], dtype=float) > 0 if "by_operators" in X.columns \
+            else np.zeros(len(X), dtype=bool)
+        single = (np.asarray(X["world_size"], dtype=float) == 1) & (~transferred | by_operators)
+        center, lo, hi = (np.where(single, 0.0, a) for a in (center, lo, hi))
+        outside = np.array([bool(x) for x in self.out_of_range(X)]) & ~single
+        widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
+        lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
+        hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
+        spread = gpu_transfer_error()
+        moved = transferred & ~by_operators & (np.asarray(X["emulated"], dtype=float) == 0)
+        if spread is not None and moved.any():
+            # compute carried to a GPU nobody profiled misses by as much as measured transfers did
+            # (srifty.gpuspeed.TransferError), independently of the residual's error: in quadrature
+            lo = np.where(moved, center - np.hypot(center - lo, min(spread.q05, 0.0)), lo)
+            hi = np.where(moved, center + np.hypot(hi - center, max(spread.q95, 0.0)), hi)
+        sim = np.asarray(X["sim_ms"], dtype=float)
+        low, high = sim * np.exp(lo), sim * np.exp(hi)
+        if "batch_low" in X.columns:
+            # the compute could be anywhere within its bounds at this batch (ComputeCurve.bounds: a
+            # point where measured, narrow where interpolated, wide outside the profiled batches),
+            # taken on the whole predicted step
+            pred = sim * np.exp(center)
+            low = np.minimum(low, pred * np.asarray(X["batch_low"], dtype=float))
+            high = np.maximum(high, pred * np.asarray(X["batch_high"], dtype=float))
+        return low, high
+
+
+@lru_cache(maxsize=1)
+def gpu_transfer_error() -> "TransferError | None":
+    """How far GPU-to-GPU compute transfers have missed (srifty/data/gpu_transfer_error.json,
+    `make gpu-speed`); None without the file."""
+    from srifty.catalog import DATA_DIR, TRANSFER_ERROR_JSON
+    from srifty.gpuspeed import read_transfer_error
+
+    return read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)

@@ -1,0 +1,253 @@
+"""The one prediction path: :class:`Predictor` and :func:`predict_table`.
+
+:class:`Predictor` bundles a fitted :class:`srifty.model.latency.LatencyModel` with the link
+efficiencies of :class:`srifty.comm.CommModel` and the training metadata (``Predictor.train``
+fits both on a corpus). :func:`predict_table` is where every command's figures come from: the
+simulator's estimate of each row (:class:`srifty.features.FeatureBuilder`), corrected by the
+residual, with its interval and where its compute and communication came from
+(:data:`COMPUTE_SOURCES`, :data:`NETWORK_SOURCES`, :func:`network_source`); a measured row keeps
+its measurement. ``Predictor.predict`` turns that table into :class:`Prediction` objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from srifty import __version__
+from srifty.comm import CommModel, measured_allreduce
+from srifty.configspec import ClusterConfig
+from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
+                             RowEstimate)
+from srifty.model.latency import LatencyModel, ModelError
+from srifty.model.table import table_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import pandas as pd
+
+    from srifty.catalog import Catalog
+
+
+@dataclass
+class Prediction:
+    config: str
+    local_batch_size: int
+    iteration_ms: float
+    interval_ms: tuple[float, float]
+    throughput_samples_per_s: float
+    source: str  # measured | predicted | transferred
+    warnings: list[str] = field(default_factory=list)
+    parts: dict[str, Any] = field(default_factory=dict)  # PredictionTable.parts: compute, communication, sources
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["interval_ms"] = [round(self.interval_ms[0], 4), round(self.interval_ms[1], 4)]
+        d["iteration_ms"] = round(self.iteration_ms, 4)
+        d["throughput_samples_per_s"] = round(self.throughput_samples_per_s, 4)
+        return d
+
+
+def corpus_hash(jobs: Sequence[JobProfile]) -> str:
+    h = hashlib.sha256()
+    for j in sorted(jobs, key=lambda j: j.model):
+        h.update(json.dumps([j.model, j.param_count, j.grad_bytes,
+                             [(r.instance_type, r.workers_per_node, r.local_batch_size, r.step_ms) for r in j.runs]],
+                            default=str).encode())
+    return h.hexdigest()
+
+
+def allreduce_hash(rows: Sequence[AllreduceRow]) -> str:
+    return hashlib.sha256(json.dumps([asdict(r) for r in rows]).encode()).hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import sklearn
+
+    return {"python": platform.python_version(), "numpy": numpy.__version__, "scikit-learn": sklearn.__version__,
+            "srifty": __version__}
+
+
+class Predictor:
+    """A trained latency model (communication + residual) ready to answer predictions."""
+
+    def __init__(self, latency: LatencyModel, link_scale: LinkScale, meta: dict[str, Any]) -> None:
+        self.latency = latency
+        self.link_scale = link_scale
+        self.meta = meta
+
+    @classmethod
+    def train(cls, jobs: Sequence[JobProfile], catalog: "Catalog", quick: bool = False,
+              cv_score: dict[str, Any] | None = None, collectives: Sequence[CollectivePoint] = (),
+              allreduce: Sequence[AllreduceRow] | None = None) -> "Predictor":
+        """``allreduce``: measured allreduces for the NVLink/EFA efficiencies (default: the
+        shipped nccl-tests rows, :func:`measured_allreduce`)."""
+        if not jobs:
+            raise ModelError("The training corpus holds no training profiles.",
+                             "Give profile files or directories (e.g. profiles/pollux), or import a trace first.")
+        if allreduce is None:
+            allreduce = measured_allreduce()[0]
+        comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog, collectives, allreduce)
+        table = table_for(jobs, catalog, comm.link_scale_)
+        latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms, groups=table.model)
+        meta = {
+            "data_sha256": corpus_hash(jobs), "models": [j.model for j in jobs],
+            "instance_types": sorted({t for j in jobs for t in j.instance_types}),
+            # the types whose TCP network (runs across nodes) and PCIe (several workers on a node)
+            # the fitted link efficiencies have seen: srifty.model.network_source
+            "multi_node_types": sorted({r.instance_type for j in jobs for r in j.runs
+                                        if len(r.workers_per_node) > 1 and not r.mixed}),
+            "multi_worker_node_types": sorted({r.instance_type for j in jobs for r in j.runs
+                                               if max(r.workers_per_node) > 1 and not r.mixed}),
+            "rows": len(table.y_ms), "max_nodes": int(table.X["nodes"].max()),
+            "residual_rows": {k: (v.n_rows if v is not None else 0) for k, v in latency.parts_.items()},
+            "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
+            "sweep_points": comm.n_sweep_points_, "allreduce_rows": comm.n_allreduce_rows_,
+            "allreduce_sha256": allreduce_hash(allreduce),
+            "link_scale": asdict(comm.link_scale_), "code_version": __version__, "libraries": library_versions(),
+            "cv": cv_score or {},
+        }
+        return cls(latency, comm.link_scale_, meta)
+
+    def builder(self, job: JobProfile, catalog: "Catalog") -> FeatureBuilder:
+        return FeatureBuilder(job, catalog, self.link_scale)
+
+    def in_placement_group(self, on: bool = True) -> "Predictor":
+        """This predictor for nodes in a cluster placement group (LinkScale.placement_group: each
+        TCP flow carries 10 Gbit/s, not 5); itself when ``on`` is false."""
+        return Predictor(self.latency, replace(self.link_scale, placement_group=True), self.meta) if on else self
+
+    def predict(self, job: JobProfile, catalog: "Catalog", rows: Sequence[tuple[ClusterConfig, int]]) -> list[Prediction]:
+        """Predictions for (resolved configuration, per-worker batch) rows, with each row's warnings
+        (:func:`predict_table` gives the figures)."""
+        import numpy as np
+
+        table = predict_table(self, self.builder(job, catalog), rows)
+        out = []
+        for i, (config, b) in enumerate(rows):
+            est = table.estimates[i]
+            it = float(table.iteration_ms[i])
+            if not np.isfinite(it):
+                raise ModelError(f"No estimate for {config.format()} at batch {b}.")
+            warnings = list(est.notes)
+            if table.source[i] == "measured":
+                warnings = [w for w in warnings if w not in est.loose_notes]
+                ci = table.measured_rel_ci[i]
+                if ci > LOOSE_PROFILE_CI:
+                    warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
+            elif table.out_of_range[i] and (config.world_size > 1 or est.transferred):
+                warnings.append("far outside the training data (" + ", ".join(table.out_of_range[i]) +
+                                "): the interval is widened; treat the figure as a rough estimate")
+            out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
+                                  config.world_size * b / (it / 1e3), str(table.source[i]), warnings,
+                                  table.parts(i)))
+        return out
+
+
+@dataclass
+class PredictionTable:
+    """Predictions for many rows at once (:func:`predict_table`), one entry per row."""
+
+    iteration_ms: "np.ndarray"
+    low_ms: "np.ndarray"
+    high_ms: "np.ndarray"
+    source: "np.ndarray"  # measured | predicted | transferred
+    measured_rel_ci: "np.ndarray"  # the measured run's own 95% CI (0 where not measured)
+    features: "pd.DataFrame"  # the builder's feature table (sim_ms, compute_ms, batch bounds included)
+    estimates: list[RowEstimate]
+    out_of_range: list[list[str]]  # the features far outside the training data, per row
+    compute_source: "np.ndarray"  # COMPUTE_SOURCES: where the row's compute comes from
+    network_source: "np.ndarray"  # NETWORK_SOURCES: where its communication comes from
+
+    def parts(self, i: int) -> dict[str, Any]:
+        """Row ``i``'s step split into the slowest worker's compute alone and the rest (exposed
+        communication and what else data parallelism costs), with where each came from."""
+        compute = float(self.features["compute_ms"].iloc[i])
+        return {"compute_ms": round(compute, 4), "compute_source": str(self.compute_source[i]),
+                "communication_ms": round(max(float(self.iteration_ms[i]) - compute, 0.0), 4),
+                "network_source": str(self.network_source[i])}
+
+
+# Where a prediction's compute comes from: the profile's own run of this configuration; the type's
+# profile at this per-worker batch; the type's profile at other batches (interpolated, or
+# extrapolated with bounds); another type's profile, carried over by device specs.
+COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred")
+# Where its communication comes from: nothing to communicate (one worker); nothing known (no
+# gradient size); the profile's own run; emulated links fitted on allreduce sweeps; link
+# efficiencies fitted on runs or nccl-tests of these instance types; or a prior: the catalog's
+# link figures with efficiencies fitted on other types.
+NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-type", "prior")
+
+
+def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
+    """Per kind of link within a node, the instance types whose efficiency for it was fitted on
+    their own measurements: PCIe on several workers on a node (the model's corpus), NVLink on
+    nccl-tests (``link_scale.fast_links``). Networks between nodes: LinkScale.network_measured."""
+    meta = predictor.meta if predictor is not None else {}
+    return {"pcie": frozenset(meta.get("multi_worker_node_types", ())),
+            "nvlink": frozenset(t for t, *_ in link_scale.fast_links)}
+
+
+def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[str, frozenset[str]]) -> str:
+    """Where the communication of ``config`` (resolved) comes from (NETWORK_SOURCES, less
+    "measured", which the caller knows). ``fitted``: :func:`fitted_link_types`."""
+    if config.world_size == 1:
+        return "none"
+    if not builder.grad_bytes:
+        return "unknown"
+    hws = [builder.hardware(g.instance_type) for g in config.groups]
+    if all(h.emulated for h in hws):
+        return "emulated-sweeps"
+    if config.nodes > 1:  # the network between nodes: measured on these types (LinkScale) or a prior
+        return "fitted-on-type" if all(builder.link_scale.network_measured(h) for h in hws) else "prior"
+    mine = all(g.instance_type in fitted.get(h.intra_kind, frozenset()) for g, h in zip(config.groups, hws))
+    return "fitted-on-type" if mine else "prior"
+
+
+def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
+                  rows: Sequence[tuple[ClusterConfig, float]]) -> PredictionTable:
+    """The one prediction path: every command's figures come from here.
+
+    Rows are (resolved configuration, per-worker batch). A row the profile measured gets that
+    run's step time and its own 95% CI; one worker gets the compute curve itself (its interval
+    stretched to hold it); others get the latency model (``predictor``) over the simulator, or,
+    with ``predictor`` None, the simulator alone (the interval is then the point). A loose
+    profile's uncertainty widens every interval built on it. The model runs once over all rows.
+    """
+    import numpy as np
+
+    estimates = [builder.row_estimate(config, b) for config, b in rows]
+    X = builder.frame_of(estimates)
+    sim = X["sim_ms"].to_numpy(dtype=float)
+    if predictor is not None:
+        it = np.asarray(predictor.latency.predict(X), dtype=float)
+        lo, hi = (np.asarray(a, dtype=float) for a in predictor.latency.predict_interval(X))
+        out_of_range = predictor.latency.out_of_range(X)
+    else:
+        it, lo, hi = sim.copy(), sim.copy(), sim.copy()
+        out_of_range = [[] for _ in rows]
+    it = np.where(X["world_size"].to_numpy(dtype=float) == 1, sim, it)  # one worker: the compute curve
+    alone = (X["world_size"].to_numpy(dtype=float) == 1) & (X["by_operators"].to_numpy(dtype=float) > 0)
+    # one worker from the operator model: no residual, so the residual's training range says nothing
+    out_of_range = [[] if alone[i] else names for i, names in enumerate(out_of_range)]
+    widen = np.array([e.compute_rel_ci for e in estimates], dtype=float)
+    lo, hi = np.minimum(lo, it) * (1 - widen), np.maximum(hi, it) * (1 + widen)
+    source = np.where(X["transferred"].to_numpy() > 0.5, "transferred", "predicted").astype(object)
+    measured_ci = np.zeros(len(rows))
+    fitted = fitted_link_types(predictor, builder.link_scale)
+    compute_source = np.array([
+        "transferred" if e.transferred else "profiled" if e.batch_bounds == (1.0, 1.0) else "profiled-other-batch"
+        for e in estimates], dtype=object)
+    net_source = np.array([network_source(builder, config, fitted) for config, _ in rows], dtype=object)
+    for i, (config, b) in enumerate(rows):
+        run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
+        if run is not None:  # measured: the point, and the run's own CI
+            ci = measured_ci[i] = builder.job.measured_rel_ci(run)
+            it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
+            compute_source[i] = "measured"
+            net_source[i] = "measured" if config.world_size > 1 else "none"
+    return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source)
