@@ -49,8 +49,9 @@ class ResidualPart:
     feature_min: "np.ndarray"
     feature_max: "np.ndarray"
     n_rows: int
-    # 5% / 95% quantiles of the log error on groups (models) held out of the fit: how wrong the
-    # centre is on a model it never saw (None: fitted without groups, or fewer than 2 of them)
+    # the lowest 5% and highest 95% quantile of the log error of any one group (model) held out of
+    # the fit: how wrong the centre can be on a model it never saw (None: fitted without groups,
+    # or fewer than 2 of them)
     held_out_error: tuple[float, float] | None = None
     # lowest / highest log(measured / compute alone) over the multi-worker training runs: how
     # much slower than its own compute a data-parallel run of this regime has been. It bounds
@@ -227,8 +228,11 @@ class LatencyModel:
     def _held_out(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray") -> tuple[tuple[float, float] | None, float]:
         """Each group predicted by a centre model fitted on the others: the share of the residual
         to apply (SHRINK_GRID value with the least mean absolute error per group, groups weighted
-        equally) and the 5%/95% quantiles of the log errors with it. ((None, 1.0) with fewer than
-        2 groups or too few rows outside one.)"""
+        equally) and, with it, the lowest 5% and the highest 95% quantile of any one group's log
+        errors. Each held-out model misses in its own direction, so quantiles pooled over the
+        rows (the large models' rows, mostly) understate how far a new model can miss
+        (docs/latency-model.md, "Errors on models never seen"). ((None, 1.0) with fewer than 2
+        groups or too few rows outside one.)"""
         import numpy as np
 
         names = sorted(set(groups))
@@ -247,7 +251,9 @@ class LatencyModel:
 
         shrink = min(SHRINK_GRID, key=error)
         err = r - shrink * pred
-        return (float(np.quantile(err, self.quantiles[0])), float(np.quantile(err, self.quantiles[1]))), shrink
+        low = min(float(np.quantile(err[groups == g], self.quantiles[0])) for g in names)
+        high = max(float(np.quantile(err[groups == g], self.quantiles[1])) for g in names)
+        return (low, high), shrink
 
     def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
         """(regime, row mask, its part) for the regimes present in X."""
