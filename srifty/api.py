@@ -40,7 +40,7 @@ from srifty.oracle import (PREDICTION_CODE, CachedOracle, ModelOracle, default_m
 from srifty.solver import Constraints, MeasurementAdvice, Objective, Result, measurement_advice, solve
 
 __all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile", "predict",
-           "recommend", "write_plan", "launch", "validate", "fit", "import_trace", "evaluate", "cleanup_ec2"]
+           "recommend", "write_plan", "launch", "validate", "fit", "import_trace", "evaluate", "cleanup_ec2", "profile_outputs", "profile_batches"]
 
 Say = Callable[[str], None]
 
@@ -55,6 +55,51 @@ def profile(script: str | None, out: str, backend: str = "local", **options: Any
     request = ProfileRequest(script=script, **options)
     doc = get_backend(backend).profile(request, out)
     return Profile(doc, out)
+
+
+def profile_outputs(requests: Sequence[ProfileRequest], out: str | None, label: str) -> list[str]:
+    """Where each request's profile goes: ``out`` (default ``<model>.profile.json``) for one; for
+    several batch sizes one file each, ``<label>-b<batch>.json`` in the directory ``out``
+    (default ``<model>/``)."""
+    if len(requests) == 1:
+        return [out or f"{requests[0].model}.profile.json"]
+    folder = Path(out or requests[0].model)
+    if folder.suffix == ".json" or (folder.exists() and not folder.is_dir()):
+        raise SriftyError(f"--out {folder}: several batch sizes write one profile each, into a directory.",
+                          f"Give a directory, e.g. --out {folder.with_suffix('')}/.")
+    return [str(folder / f"{label}-b{r.batch_size}.json") for r in requests]
+
+
+def profile_batches(requests: Sequence[ProfileRequest], outs: Sequence[str], backend: str = "local",
+                    progress: Callable[[ProfileRequest], tuple[Any, Callable[[], None]]] | None = None,
+                    say: Say = _quiet) -> list[Profile]:
+    """Run each request (one per batch size) and write its profile to its ``outs`` entry, refusing
+    first an output that would overwrite the script, the requirements or the emulated spec. When
+    one fails, the profiles already measured are kept and the error says so. ``progress(request)``
+    gives a progress callback for the backend and a function that ends it."""
+    first = requests[0]
+    out_files = [Output(path, "--out") for path in outs]
+    refuse_clobbering(out_files, [Input(first.script or "", "the script"), Input(first.requirements or "", "--requirements"),
+                                  Input(first.spec if backend == "emulated" else "", "--spec")])
+    for o in out_files:
+        check_writable(o)
+    chosen = get_backend(backend)
+    profiles: list[Profile] = []
+    for request, path in zip(requests, outs):
+        if len(requests) > 1:
+            say(f"batch size {request.batch_size} ({len(profiles) + 1} of {len(requests)}) -> {path}")
+        report_progress, stop = progress(request) if progress else (None, lambda: None)
+        try:
+            doc = chosen.profile(request, path, report_progress)
+        except SriftyError as exc:
+            if profiles:  # the batches already measured stay, and say so
+                exc.hint = (exc.hint or "") + \
+                    f" The profiles already measured are kept: {', '.join(str(p.path) for p in profiles)}."
+            raise
+        finally:
+            stop()
+        profiles.append(Profile(doc, path))
+    return profiles
 
 
 def import_trace(trace: str, out_dir: str, skip_bad: bool = False, replace: bool = False) -> ImportResult:

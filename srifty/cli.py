@@ -17,7 +17,6 @@ import click
 from srifty import __version__
 from srifty.commands import params
 from srifty.errors import SriftyError, exit_interrupted, terminate_as_interrupt
-from srifty.outputs import Input, Output, check_writable, refuse_clobbering
 
 EPILOG_PROFILE = """\b
 Examples:
@@ -197,8 +196,7 @@ def profile_cmd(
     yes: bool = False,
 ) -> None:
     """Measure a real DDP training script (or the allreduce microbenchmark) and write a profile."""
-    from srifty import profile as profile_mod
-    from srifty import report
+    from srifty import api, report
     from srifty.profiling.launcher import ProfileRequest, get_backend
 
     batches = _batch_sizes(batch_sizes)
@@ -238,35 +236,9 @@ def profile_cmd(
     if dry_run:
         click.echo("\n".join(chosen.dry_run(r) for r in requests))
         return
-    if len(requests) == 1:
-        outs = [out or f"{requests[0].model}.profile.json"]
-    else:
-        folder = Path(out or requests[0].model)
-        if folder.suffix == ".json" or (folder.exists() and not folder.is_dir()):
-            raise SriftyError(f"--out {folder}: several batch sizes write one profile each, into a directory.",
-                              f"Give a directory, e.g. --out {folder.with_suffix('')}/.")
-        label = (hosts or instance_type).replace(",", "+").replace(":", "x")
-        outs = [str(folder / f"{label}-b{r.batch_size}.json") for r in requests]
-    out_files = [Output(path, "--out") for path in outs]
-    refuse_clobbering(out_files, [Input(script or "", "the script"), Input(requirements or "", "--requirements"),
-                                  Input(spec if backend == "emulated" else "", "--spec")])
-    for o in out_files:
-        check_writable(o)
-    summaries, written = [], []
-    for request, path in zip(requests, outs):
-        if len(requests) > 1:
-            click.echo(f"batch size {request.batch_size} ({len(written) + 1} of {len(requests)}) -> {path}", err=True)
-        progress, stop = _progress_reporter(request)
-        try:
-            doc = chosen.profile(request, path, progress)
-        except SriftyError as exc:
-            if written:  # the batches already measured stay, and say so
-                exc.hint = (exc.hint or "") + f" The profiles already measured are kept: {', '.join(written)}."
-            raise
-        finally:
-            stop()
-        written.append(path)
-        summaries.append(report.profile_summary(profile_mod.Profile(doc, path)))
+    outs = api.profile_outputs(requests, out, (hosts or instance_type).replace(",", "+").replace(":", "x"))
+    profiles = api.profile_batches(requests, outs, backend, _progress_reporter, say=lambda m: click.echo(m, err=True))
+    summaries = [report.profile_summary(p) for p in profiles]
     if as_json:
         click.echo(json.dumps(summaries[0] if len(summaries) == 1 else {"schema": 1, "profiles": summaries}, indent=1))
         return
