@@ -16,6 +16,7 @@ import click
 
 from srifty import __version__
 from srifty.commands import params
+from srifty.profiling import request as request_defaults
 from srifty.errors import SriftyError, exit_interrupted, terminate_as_interrupt
 
 EPILOG_PROFILE = """\b
@@ -112,10 +113,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--batch-size", "batch_sizes", help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE; "
               "several, comma-separated, profile each into the directory --out.")
 @click.option("--pass-batch-arg", is_flag=True, help="Also append '--batch-size N' to the script's arguments.")
-@click.option("--max-seconds", type=params.positive(), default=30.0, show_default=True, help="Cap on measuring time (after start-up).")
-@click.option("--max-iterations", type=params.whole(), default=2000, show_default=True, help="Cap on measured iterations.")
-@click.option("--min-iterations", type=params.whole(), default=20, show_default=True, help="Steady iterations needed before stopping.")
-@click.option("--target-ci", type=params.fraction(), default=0.02, show_default=True,
+@click.option("--max-seconds", type=params.positive(), default=request_defaults.MAX_SECONDS, show_default=True, help="Cap on measuring time (after start-up).")
+@click.option("--max-iterations", type=params.whole(), default=request_defaults.MAX_ITERATIONS, show_default=True, help="Cap on measured iterations.")
+@click.option("--min-iterations", type=params.whole(), default=request_defaults.MIN_ITERATIONS, show_default=True, help="Steady iterations needed before stopping.")
+@click.option("--target-ci", type=params.fraction(), default=request_defaults.TARGET_REL_CI, show_default=True,
               help="Stop when the median iteration time's 95%% CI half-width is below this fraction.")
 @click.option("--hang-timeout", type=params.positive(), default=120.0, show_default=True,
               help="Seconds without a finished iteration before the workers count as hung.")

@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from srifty import stats
 from srifty.profile import COUNTED_ITERATION, FIRST_TIMED_ITERATION
 from srifty.profiling.ddp_hooks import DdpHooks
+from srifty.profiling.request import MAX_ITERATIONS, MAX_SECONDS, MIN_ITERATIONS, TARGET_REL_CI
 from srifty.profiling.modelmath import _FlopCount
 from srifty.profiling.opcount import OperatorCounter
 from srifty.profiling.timing import Clock, _OpenIteration, describe_device, iteration_record
@@ -52,10 +53,10 @@ class WorkerSettings:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    target_rel_ci: float = 0.02
-    min_iterations: int = 20
-    max_iterations: int = 2000
-    max_seconds: float = 30.0
+    target_rel_ci: float = TARGET_REL_CI
+    min_iterations: int = MIN_ITERATIONS
+    max_iterations: int = MAX_ITERATIONS
+    max_seconds: float = MAX_SECONDS
     requested_batch_size: int | None = None
     host_label: str = ""
 
@@ -68,10 +69,10 @@ class WorkerSettings:
             rank=int(e.get("RANK", "0")),
             local_rank=int(e.get("LOCAL_RANK", "0")),
             world_size=int(e.get("WORLD_SIZE", "1")),
-            target_rel_ci=float(e.get("SRIFTY_TARGET_REL_CI", "0.02")),
-            min_iterations=int(e.get("SRIFTY_MIN_ITERATIONS", "20")),
-            max_iterations=int(e.get("SRIFTY_MAX_ITERATIONS", "2000")),
-            max_seconds=float(e.get("SRIFTY_MAX_SECONDS", "30")),
+            target_rel_ci=float(e.get("SRIFTY_TARGET_REL_CI", TARGET_REL_CI)),
+            min_iterations=int(e.get("SRIFTY_MIN_ITERATIONS", MIN_ITERATIONS)),
+            max_iterations=int(e.get("SRIFTY_MAX_ITERATIONS", MAX_ITERATIONS)),
+            max_seconds=float(e.get("SRIFTY_MAX_SECONDS", MAX_SECONDS)),
             requested_batch_size=int(bs) if bs else None,
             host_label=e.get("SRIFTY_HOST_LABEL", ""),
         )

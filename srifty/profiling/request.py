@@ -14,6 +14,13 @@ from typing import Any, Callable
 from srifty.errors import SriftyError
 
 
+# When a worker stops measuring (the defaults of `srifty profile`, the request and the worker's settings)
+MAX_SECONDS = 30.0
+MAX_ITERATIONS = 2000
+MIN_ITERATIONS = 20
+TARGET_REL_CI = 0.02
+
+
 @dataclass
 class ProfileRequest:
     """Everything ``srifty profile`` was asked to do."""
@@ -22,10 +29,10 @@ class ProfileRequest:
     script_args: list[str] = field(default_factory=list)
     nproc: int = 1
     batch_size: int | None = None
-    max_seconds: float = 30.0
-    max_iterations: int = 2000
-    min_iterations: int = 20
-    target_rel_ci: float = 0.02
+    max_seconds: float = MAX_SECONDS
+    max_iterations: int = MAX_ITERATIONS
+    min_iterations: int = MIN_ITERATIONS
+    target_rel_ci: float = TARGET_REL_CI
     hang_timeout: float = 120.0
     startup_timeout: float = 180.0
     model_name: str | None = None
