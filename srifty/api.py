@@ -39,8 +39,9 @@ from srifty.oracle import (PREDICTION_CODE, CachedOracle, ModelOracle, default_m
                            load_inputs, load_predictor)
 from srifty.solver import Constraints, MeasurementAdvice, Objective, Result, measurement_advice, solve
 
-__all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile", "predict",
-           "recommend", "write_plan", "launch", "validate", "fit", "import_trace", "evaluate", "cleanup_ec2", "profile_outputs", "profile_batches"]
+__all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile",
+           "profile_outputs", "profile_batches", "import_trace", "fit", "predict", "recommend", "write_plan", "launch",
+           "validate", "evaluate", "cleanup_ec2"]
 
 Say = Callable[[str], None]
 

@@ -1391,3 +1391,36 @@ def test_each_model_s_network_regime_is_its_median_share_beyond_compute() -> Non
         share = float(np.median(np.clip(1 - t.X["compute_ms"].to_numpy(dtype=float) / t.y_ms, 0, 1)))
         assert got[j.model] == next(label for label, hi in REGIMES if share < hi).split(" (")[0]
     assert len(set(got.values())) >= 2  # the corpus has a regime to leave out (ACCURACY.md, pollux/loro)
+
+
+def test_a_gpu_profile_with_operator_counts_is_carried_to_other_batches_by_the_operator_model(
+        tmp_path: Path) -> None:
+    """profiles/h200 at the smallest batch, given the operator count the profiler records (taken
+    here from the CPU profile of the same example and batch: the count does not depend on the
+    device), predicts the larger batches measured on the H200 far better than proportion."""
+    import statistics
+
+    from srifty import model as m
+    from srifty.features import FeatureBuilder, load_job
+
+    errors, proportional = [], []
+    for example, small, larger in (("cnn_resnet", 32, (128, 512)), ("transformer_lm", 8, (32, 128)),
+                                   ("mlp_recsys", 256, (1024, 4096))):
+        doc = json.loads((ROOT / "profiles" / "h200" / example / f"b{small}.json").read_text())
+        cpu = json.loads((ROOT / "profiles" / "cpu" / example / f"b{small}.json").read_text())
+        doc["job"]["operators"] = cpu["job"]["operators"]
+        (tmp_path / example).mkdir()
+        (tmp_path / example / f"b{small}.json").write_text(json.dumps(doc))
+        job = load_job(tmp_path / example)
+        curve = FeatureBuilder(job, m.catalog_for_jobs([job])).curve("p5en.48xlarge")
+        plain = load_job(ROOT / "profiles" / "h200" / example / f"b{small}.json")
+        assert curve.shape is not None and curve.at(small) == plain.compute_curve("p5en.48xlarge").at(small)
+        for large in larger:
+            measured = load_job(ROOT / "profiles" / "h200" / example / f"b{large}.json").compute_curve(
+                "p5en.48xlarge").at(large)
+            errors.append(abs(curve.at(large) / measured - 1))
+            proportional.append(abs(plain.compute_curve("p5en.48xlarge").at(large) / measured - 1))
+            low, high = curve.bounds(large)
+            assert low <= curve.at(large) <= high
+    assert statistics.median(errors) < 0.25 < 1.0 < statistics.median(proportional)
+    assert sum(e < p for e, p in zip(errors, proportional)) == len(errors)

@@ -115,8 +115,17 @@ class FeatureBuilder:
         return self._node_intra[name]
 
     def curve(self, name: str) -> ComputeCurve | None:
+        """``name``'s measured compute curve; on a GPU, for a job whose profile counted its
+        operators, shaped by the operator model beyond the measured batches (flat while kernel
+        launches and the host set the step, rising with the arithmetic after)."""
         if name not in self._curves:
-            self._curves[name] = self.job.compute_curve(name)
+            curve = self.job.compute_curve(name)
+            hw = self.hardware(name) if curve is not None else None
+            if hw is not None and self.job.operators is not None and self.step_model is not None \
+                    and not hw.emulated and hw.peak_tflops(self.job.precision) and hw.mem_gbytes_per_s:
+                peak, bandwidth = hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s
+                curve = curve.with_shape(lambda b: self.step_model.step_ms(self.job.operator_terms(b, peak, bandwidth)))
+            self._curves[name] = curve
         return self._curves[name]
 
     def _resolve_grad_bytes(self) -> tuple[float | None, bool]:

@@ -44,10 +44,17 @@ class Run:
 
 @dataclass(frozen=True)
 class ComputeCurve:
-    """Per-worker compute time (ms) at a per-worker batch, from measured points."""
+    """Per-worker compute time (ms) at a per-worker batch, from measured points. ``shape``: how
+    the step grows with the batch on this device when something says so (the operator model of
+    a GPU profile that counted its operators, :meth:`with_shape`); it carries a measured point to
+    batches beyond the measured ones instead of proportion."""
 
     batches: tuple[float, ...]
     times_ms: tuple[float, ...]
+    shape: Callable[[float], float] | None = field(default=None, compare=False)
+
+    def with_shape(self, shape: Callable[[float], float]) -> "ComputeCurve":
+        return replace(self, shape=shape)
 
     @classmethod
     def from_points(cls, points: Iterable[tuple[float, float]]) -> "ComputeCurve":
@@ -59,11 +66,16 @@ class ComputeCurve:
         return cls(tuple(bs), tuple(ts))
 
     def at(self, batch: float) -> float:
-        """Linear between measured batches; outside them, the nearest segment's line kept within
-        :meth:`bounds`; from a single measured batch, proportional to the batch (right for a
-        saturated device, the top of the bounds above the measured batch: docs/latency-model.md,
-        "Compute at another batch", has how far it misses elsewhere)."""
+        """Linear between measured batches. Outside them: with a ``shape``, the nearest measured
+        point carried by the shape's ratio; without one, the nearest segment's line, or from a
+        single measured batch, proportional to the batch (right for a saturated device, the top
+        of the bounds above the measured batch: docs/latency-model.md, "Compute at another
+        batch", has how far it misses elsewhere); either kept within :meth:`bounds`."""
         bs, ts = self.batches, self.times_ms
+        if self.shape is not None and not self.covers(batch):
+            i = 0 if batch < bs[0] else len(bs) - 1
+            low, high = self.bounds(batch)
+            return min(max(ts[i] * self.shape(batch) / self.shape(bs[i]), low), high)
         if len(bs) == 1:
             return ts[0] * batch / bs[0]
         if batch <= bs[0]:
