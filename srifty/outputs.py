@@ -14,7 +14,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from srifty.errors import SriftyError
 
@@ -117,6 +117,22 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         except OSError:
             pass
         raise
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created, with its directory, if missing) for
+    the ``with`` block: one process at a time across srifty's processes."""
+    import fcntl
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def as_created(path: str | os.PathLike[str]) -> None:

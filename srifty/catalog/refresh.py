@@ -3,12 +3,11 @@
 prices from the Pricing API, merged with what the API does not give (intra-node links, Spot
 Advisor buckets) and written atomically to the user cache under a file lock.
 
-boto3, pandas and fcntl are imported inside functions only.
+boto3 and pandas are imported inside functions only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -23,7 +22,7 @@ from srifty.catalog.files import (CACHE_META, CATALOG_COLUMNS, DATA_DIR, SNAPSHO
 from srifty.catalog.queries import _none_if_nan
 from srifty.catalog.values import normalise_gpu_name
 from srifty.errors import SriftyError
-from srifty.outputs import atomic_write_text
+from srifty.outputs import atomic_write_text, exclusive_lock
 
 
 @dataclass
@@ -150,19 +149,6 @@ def fetch_ondemand_prices(instance_types: Sequence[str], regions: Sequence[str],
     return out
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def check_not_user_edited(directory: Path) -> None:
     """Refuse (SriftyError) when the cached catalog differs from what refresh last wrote."""
     path = directory / SNAPSHOT_CSV
@@ -196,7 +182,7 @@ def refresh_catalog(regions: Sequence[str], *, directory: Path | None = None, fo
     target = directory / SNAPSHOT_CSV
     now = now or dt.datetime.now(dt.timezone.utc)
     warnings: list[str] = []
-    with _file_lock(directory / "ec2_catalog.lock"):
+    with exclusive_lock(directory / "ec2_catalog.lock"):
         if not force:
             check_not_user_edited(directory)
         base = _read_catalog_csv(target if target.exists() else DATA_DIR / SNAPSHOT_CSV)

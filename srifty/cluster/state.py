@@ -10,7 +10,6 @@ are part of what is recorded.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from typing import Any, Iterator
 
 from srifty.cluster.spec import HostType
 from srifty.errors import SriftyError
+from srifty.outputs import exclusive_lock
 
 PREFIX = "srifty-"
 DEFAULT_CLUSTER = "main"
@@ -155,13 +155,8 @@ def _check_cluster_name(cluster: str) -> None:
 @contextlib.contextmanager
 def _locked(cluster: str) -> Iterator[None]:
     """Serialise up/down/calibrate of one cluster across processes."""
-    state_dir().mkdir(parents=True, exist_ok=True)
-    with open(state_dir() / f"cluster-{cluster}.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(state_dir() / f"cluster-{cluster}.lock"):
+        yield
 
 
 def _write_state(state: ClusterState) -> None:
