@@ -85,9 +85,12 @@ class ModelOracle:
                 note = loose_profile_note(self.job.model, str(t), ci)
                 if note not in self.notes:
                     self.notes.append(note)
-        outside = ((X["batch_low"].to_numpy(dtype=float) < 1.0) | (X["batch_high"].to_numpy(dtype=float) > 1.0)) \
-            & (X["by_operators"].to_numpy(dtype=float) == 0)  # the operator model's interval is its own
         batches = rows["local_batch_size"].to_numpy(dtype=float)
+        # batches outside those measured for the type's compute (FeatureBuilder.batch_bounds says so;
+        # not the operator model's, whose interval is its own, nor a network prior's widening)
+        extrapolated = {(t, b) for t, b in set(zip(types.tolist(), batches.tolist()))
+                        if self.builder.batch_bounds(str(t), b)[1] is not None}
+        outside = np.array([(t, b) in extrapolated for t, b in zip(types.tolist(), batches.tolist())], dtype=bool)
         by_source: dict[str, list[str]] = {}  # one note per profiled curve the extrapolations come from
         for t in sorted(set(types[outside])):
             by_source.setdefault(self.builder.profiled_batches(str(t)), []).append(str(t))

@@ -456,3 +456,14 @@ def test_aws_quotas_become_vcpu_limits_per_family_and_market() -> None:
         vcpus = sum(n * cat.get(t).vcpus for (t, spot), n in counts.items()
                     if not spot and t.startswith(("g", "vt")))
         assert vcpus <= 96 and not any(t.startswith("p") and not spot for (t, spot) in counts)
+
+
+def test_only_batches_outside_the_profiled_ones_are_called_extrapolated() -> None:
+    """A row at the profiled batch whose interval a network prior widens is not extrapolated in
+    the batch; a row at another batch is."""
+    base = ["recommend", "--profile", str(ROOT / "profiles" / "local" / "cnn_resnet.json"), "--budget", "12", "--top", "3"]
+    at = run_srifty(*base, "--batch-size", "32")
+    beyond = run_srifty(*base, "--batch-size", "64")
+    assert at.returncode == 0 and beyond.returncode == 0, at.stderr + beyond.stderr
+    assert "lie outside the batch" not in at.stderr
+    assert "per-worker batches 64-64 (on 1 instance type) lie outside the batch 32 profiled on local" in beyond.stderr
