@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from srifty import importer, model
-from srifty.capacity import capacity_limits
+from srifty.capacity import SpotScore, capacity_limits, read_spot_scores, spot_groups
 from srifty.catalog import Catalog
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig, parse_config
@@ -167,23 +167,56 @@ class RecommendOutcome:
     catalog: Catalog
     model_file: str | None  # None: the simulator alone
     advice: MeasurementAdvice | None
+    # AWS's spot placement scores of the spot groups of the first rows (``spot_scores=True``)
+    spot_scores: list[SpotScore] | None = None
+
+    def row_spot_score(self, config: str) -> int | None:
+        """The lowest score among ``config``'s spot groups (None: none of them was scored)."""
+        by_group = {(s.instance_type, s.nodes): s.score for s in self.spot_scores or []}
+        found = [by_group[(g.instance_type, g.count)] for g in parse_config(config).groups
+                 if g.spot and by_group.get((g.instance_type, g.count)) is not None]
+        return min(found) if found else None
+
+    def spot_score_sentence(self) -> str | None:
+        """What the scores say, for the terminal: every group scored, and for a chosen row with a
+        low score, what to do about it."""
+        if not self.spot_scores:
+            return None
+        region = self.spot_scores[0].region
+        parts = ", ".join(f"{s.nodes} x {s.instance_type} {s.score if s.score is not None else 'none'}"
+                          for s in self.spot_scores)
+        text = f"spot placement scores in {region} (AWS, 1 = unlikely to be filled now, 10 = highly likely): {parts}."
+        chosen = self.result.chosen
+        low = [s for s in self.spot_scores if s.low and any(
+            g.spot and (g.instance_type, g.count) == (s.instance_type, s.nodes) for g in parse_config(chosen.config).groups)]
+        if low:
+            limits = ",".join(f"{s.instance_type}@spot={s.nodes - 1}" for s in low)
+            text += (f" The chosen {chosen.config} needs {', '.join(f'{s.nodes} x {s.instance_type}' for s in low)} "
+                     f"on spot, which scores low: `--available {limits}` ranks what a smaller request would give, "
+                     "and `--no-spot` ranks on demand only.")
+        return text
 
 
 def recommend(profiles: Sequence[str], constraints: Constraints, objective: Objective | str | None = None,
               top: int = 10, catalog_path: str | None = None, model_path: str | None = None,
               available: str | None = None, quotas: str | None = None, quotas_client: Any = None,
-              say: Say = _quiet) -> RecommendOutcome:
+              spot_scores: bool = False, ec2_client: Any = None, say: Say = _quiet) -> RecommendOutcome:
     """The configurations that meet ``constraints``, ranked (``srifty recommend``). ``available``:
     ``--available`` text; ``quotas="aws"``: the account's EC2 vCPU quotas, read with boto3 in the
     constraints' region (``quotas_client``: a ``service-quotas`` client to read them with instead).
-    The latency model's figures are cached on disk per (model, profiles, catalog, code, placement
-    group)."""
+    ``spot_scores``: also AWS's spot placement score of the spot groups of the first ranked rows
+    (``ec2_client``: an ``ec2`` client to read them with); a hint that never changes the ranking,
+    so a failure to read them is a warning. The latency model's figures are cached on disk per
+    (model, profiles, catalog, code, placement group)."""
     cat = Catalog.default(catalog_path)
+    region = constraints.region or cat.default_region
+    if spot_scores and cat.source.kind == "emulated":
+        raise SriftyError("--spot-scores asks AWS about EC2 spot capacity; the catalog is emulated.",
+                          "Leave out --spot-scores, or use the EC2 catalog.")
     if quotas == "aws" and quotas_client is None:
         import boto3
 
-        quotas_client = boto3.session.Session(
-            region_name=constraints.region or cat.default_region).client("service-quotas")
+        quotas_client = boto3.session.Session(region_name=region).client("service-quotas")
     capacity = tuple(capacity_limits(cat, available, quotas_client))
     if capacity:
         constraints = replace(constraints, capacity=constraints.capacity + capacity)
@@ -208,7 +241,20 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
     oracle: Any = make() if identity is None else CachedOracle(make, identity, probe.default_local_batch())
     chosen_objective = Objective(objective) if isinstance(objective, str) else objective
     result = solve(oracle, cat, constraints, chosen_objective, top=top)
-    return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat))
+    scores = None
+    groups = spot_groups(r.config for r in result.recommendations) if spot_scores else []
+    if spot_scores and not groups:
+        say("note: --spot-scores: no ranked row runs on spot, so nothing was asked of AWS.")
+    if groups:
+        if ec2_client is None:
+            import boto3
+
+            ec2_client = boto3.session.Session(region_name=region).client("ec2")
+        try:
+            scores = read_spot_scores(ec2_client, region, groups)
+        except SriftyError as exc:
+            say(f"warning: {exc.message} {exc.hint} The ranking stands; it never depends on these scores.")
+    return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat), scores)
 
 
 def write_plan(outcome: RecommendOutcome, directory: str | Path, rank: int = 1) -> tuple[Plan, list[Path]]:

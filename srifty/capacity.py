@@ -123,3 +123,66 @@ def capacity_limits(catalog: Any, available: str | None = None, quotas_client: A
         vcpus = {t: float(v) for t, v in zip(df["instance_type"], df["vcpus"]) if v == v and v}
         out += quota_limits(read_aws_quotas(quotas_client), vcpus, dict(zip(df["instance_type"], df["family"])))
     return out
+
+
+# How many spot groups one `recommend --spot-scores` asks AWS about: AWS limits how many different
+# requests an account may have scored in 24 hours, so only the groups of the first rows shown are.
+MAX_SPOT_SCORE_QUERIES = 6
+# AWS's scale: 1 (a request of this size is not likely to succeed now) to 10 (highly likely).
+LOW_SPOT_SCORE = 3
+
+
+@dataclass(frozen=True)
+class SpotScore:
+    """AWS's spot placement score (1-10) for ``nodes`` spot instances of ``instance_type`` in
+    ``region``: how likely a request of that size is to be filled now (a hint, not a limit).
+    ``score`` is None where AWS returned none for the region."""
+
+    instance_type: str
+    nodes: int
+    region: str
+    score: int | None
+
+    @property
+    def low(self) -> bool:
+        return self.score is not None and self.score <= LOW_SPOT_SCORE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"instance_type": self.instance_type, "nodes": self.nodes, "region": self.region, "score": self.score}
+
+
+def spot_groups(configs: Iterable[str], limit: int = MAX_SPOT_SCORE_QUERIES) -> list[tuple[str, int]]:
+    """The distinct (instance type, node count) spot groups of ``configs`` (configuration strings,
+    in rank order), the first ``limit`` of them."""
+    from srifty.configspec import parse_config
+
+    out: list[tuple[str, int]] = []
+    for config in configs:
+        for g in parse_config(config).groups:
+            if g.spot and (g.instance_type, g.count) not in out:
+                out.append((g.instance_type, g.count))
+    return out[:limit]
+
+
+def read_spot_scores(client: Any, region: str, groups: Sequence[tuple[str, int]]) -> list[SpotScore]:
+    """One EC2 GetSpotPlacementScores request per group (``client``: boto3 ``ec2``), scored for the
+    region as a whole (not one zone); a SriftyError says what AWS refused."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    out = []
+    for instance_type, nodes in groups:
+        try:
+            answer = client.get_spot_placement_scores(
+                InstanceTypes=[instance_type], TargetCapacity=nodes, TargetCapacityUnitType="units",
+                SingleAvailabilityZone=False, RegionNames=[region])
+        except (ClientError, BotoCoreError) as exc:
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+            hint = ("AWS limits how many different requests one account may have scored in 24 hours; try again "
+                    "later, or read fewer rows (--top)." if "Limit" in code else
+                    "Check your AWS credentials and that they allow ec2:GetSpotPlacementScores.")
+            raise SriftyError(f"Could not read the spot placement score of {nodes} x {instance_type} in {region}: "
+                              f"{exc}", hint) from None
+        scores = [int(s["Score"]) for s in answer.get("SpotPlacementScores", [])
+                  if s.get("Region") == region and s.get("Score") is not None]
+        out.append(SpotScore(instance_type, nodes, region, max(scores) if scores else None))
+    return out

@@ -24,6 +24,7 @@ Examples:
   srifty recommend --profile profiles/emulated/cnn_resnet --catalog configs/emulated.yaml --json
   srifty recommend --profile P --budget 20 --plan plan/            # torchrun per node, sky.yaml, README
   srifty recommend --profile P --budget 12 --available p4d.24xlarge@spot=1 --quotas aws
+  srifty recommend --profile P --budget 12 --spot-scores          # AWS's 1-10 spot placement scores
   srifty recommend --profile P --budget 20 --top 5 --rank 3 --plan plan3/
 
 \b
@@ -48,7 +49,8 @@ def _hours(h: float | None) -> str:
     return f"{h:.2f} h" if h < 100 else f"{h:,.0f} h"
 
 
-def _table(rows: list[Any], with_job: bool, title: str) -> Any:
+def _table(rows: list[Any], with_job: bool, title: str, spot_score: Any = None) -> Any:
+    """``spot_score``: config -> AWS's spot placement score (RecommendOutcome.row_spot_score), a column when given."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
@@ -59,6 +61,8 @@ def _table(rows: list[Any], with_job: bool, title: str) -> Any:
     if with_job:
         t.add_column("time", justify="right")
         t.add_column("$ to finish", justify="right")
+    if spot_score:
+        t.add_column("spot score", justify="right")
     t.add_column("source")
     for r in rows:
         mark = "★" if r.chosen else ""
@@ -67,6 +71,9 @@ def _table(rows: list[Any], with_job: bool, title: str) -> Any:
                  f"{r.throughput_samples_per_s:,.1f}", _money(r.usd_per_hour), _money(r.usd_per_million_samples, 3)]
         if with_job:
             cells += [_hours(r.hours_to_finish), _money(r.usd_to_finish)]
+        if spot_score:
+            score = spot_score(r.config)
+            cells.append("-" if score is None else f"{score}/10")
         cells.append(r.source)
         t.add_row(*cells, style="bold" if r.chosen else None)
     return t
@@ -150,6 +157,8 @@ def plot_front(result: Any, path: str) -> None:
               "can be had, e.g. p4d.24xlarge=1,g5.12xlarge@spot=4. Mixes of types then fill what one type cannot.")
 @click.option("--quotas", type=click.Choice(["aws"]), help="Respect the account's EC2 vCPU quotas (G and VT, P; "
               "on demand and spot), read through the Service Quotas API with your AWS credentials.")
+@click.option("--spot-scores", is_flag=True, help="Also ask AWS (EC2 GetSpotPlacementScores, your credentials) how "
+              "likely each spot group of the first rows is to be filled now, 1-10: a hint that never changes the ranking.")
 @click.option("--placement-group", is_flag=True, help="Nodes in a cluster placement group: each TCP flow between "
               "them carries 10 Gbit/s, not 5 (AWS's limits), which speeds networks without EFA.")
 @click.option("--instance-types", metavar="GLOB[,GLOB]", help="Only these instance types, e.g. 'g5.*,p3.*'.")
@@ -171,7 +180,7 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
               checkpoint_interval: float, restart_overhead: float, region: str | None, instance_types: str | None,
               global_batch_size: int | None, local_batch: int | None, top: int, show_pareto: bool, as_json: bool,
               as_csv: bool, plot: str | None, placement_group: bool, plan_dir: str | None, rank: int,
-              available: str | None, quotas: str | None) -> None:
+              available: str | None, quotas: str | None, spot_scores: bool) -> None:
     """Recommend cluster configurations that meet a budget, throughput or deadline, ranked."""
     t0 = time.perf_counter()
     from srifty import api, solver
@@ -212,7 +221,8 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         checkpoint_interval_h=checkpoint_interval, restart_overhead_h=restart_overhead,
         global_batch_size=global_batch_size, local_batch_size=local_batch, placement_group=placement_group)
     cons.validate()
-    outcome = api.recommend(profiles, cons, objective, top, catalog_path, model_path, available, quotas, say=say)
+    outcome = api.recommend(profiles, cons, objective, top, catalog_path, model_path, available, quotas,
+                            spot_scores=spot_scores, say=say)
     result, job, advice, model_file = outcome.result, outcome.job, outcome.advice, outcome.model_file
     if plot:
         plot_front(result, plot)
@@ -220,6 +230,10 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     total = time.perf_counter() - t0
     if as_json:
         doc = result.to_dict()
+        if outcome.spot_scores is not None:
+            doc["spot_placement_scores"] = [s.to_dict() for s in outcome.spot_scores]
+            for row in doc["recommendations"]:
+                row["spot_placement_score"] = outcome.row_spot_score(row["config"])
         doc["measure_next"] = advice.to_dict() if advice else None
         doc["plan"] = {"dir": plan_dir, "rank": rank, "files": [str(p) for p in written]} if written else None
         doc["model"] = model_file or "simulator"
@@ -236,9 +250,10 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     with_job = samples is not None
     con.print(f"[bold]{job.model}[/] (profiled on {', '.join(job.instance_types)}) — objective: "
               f"{result.objective.value}: {result.objective_reason}")
+    scored = outcome.row_spot_score if outcome.spot_scores else None
     con.print(_table(result.recommendations, with_job,
                      f"{result.feasible:,} of {result.candidates_evaluated:,} configurations meet the constraints; "
-                     f"top {len(result.recommendations)} (★ = chosen)"))
+                     f"top {len(result.recommendations)} (★ = chosen)", scored))
     if show_pareto:
         con.print(_table(result.pareto, with_job, "Pareto front: throughput vs $/h (feasible configurations)"))
     ch = result.chosen
@@ -248,6 +263,8 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         say(f"note: {n}")
     if advice:
         say(f"measure: {advice.sentence()}")
+    if outcome.spot_score_sentence():
+        say(f"spot: {outcome.spot_score_sentence()}")
     if written:
         say(f"plan for #{rank} ({result.recommendations[rank - 1].config}) written to {plan_dir}: "
             + ", ".join(p.name for p in written))
