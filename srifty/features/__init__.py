@@ -13,8 +13,8 @@ profile (srifty.opmodel), or is transferred from a profiled GPU type by the rati
 or from an emulated type by measured CPU factors, and the row is marked ``transferred``.
 """
 
-from srifty.features.builder import (FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE, REGIME_FEATURES,
-                                     RESIDUAL_FEATURES, FeatureBuilder, RowEstimate, busy_peers,
+from srifty.features.builder import (FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE, READY_UNKNOWN_NOTE,
+                                     REGIME_FEATURES, RESIDUAL_FEATURES, FeatureBuilder, RowEstimate, busy_peers,
                                      gradient_estimated_note, loose_profile_note)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S, Hardware,
@@ -26,7 +26,8 @@ from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL
 from srifty.features.measured import AllreduceRow, CollectivePoint, load_allreduce_rows, load_collectives
 
 __all__ = [
-    "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
+    "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES",
+    "RESIDUAL_FEATURES",
     "FeatureBuilder", "RowEstimate", "busy_peers", "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",

@@ -41,6 +41,12 @@ GRADIENT_UNKNOWN_NOTE = ("gradient size unknown: communication not simulated, so
                          "param_count or grad_bytes when importing (srifty profile records them)")
 
 
+READY_UNKNOWN_NOTE = (
+    "the profile does not record when its gradients become ready during backward (an imported trace): the "
+    "prediction lets backward hide the allreduce as DDP's buckets usually allow, and the interval reaches the "
+    "step with none of it hidden; `srifty profile` of the training script records it")
+
+
 def gradient_estimated_note(grad_bytes: float) -> str:
     """Said of a multi-worker estimate for a job whose gradient size srifty inferred from its
     single-node sync times (FeatureBuilder._resolve_grad_bytes) instead of reading it."""
@@ -371,7 +377,8 @@ class FeatureBuilder:
             if self.job.bucket_bytes and abs(sum(buckets) - gb) > 0.01 * gb:
                 buckets = simulate.bucket_layout(gb)
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
-            def simulated(inter: Link) -> simulate.SimResult:
+
+            def simulated(inter: Link, fracs: Sequence[float] | None = fracs) -> simulate.SimResult:
                 return simulate.simulate_iteration(
                     compute, buckets, wpn_all, intra, inter,
                     self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs, optimizer_ms=post,
@@ -380,6 +387,13 @@ class FeatureBuilder:
                     hierarchical=all(h.hierarchical_allreduce for h in hws))
 
             sim = simulated(inter)
+            if self.job.ready_fractions is None and sum(wpn_all) > 1:
+                # when the gradients become ready is not recorded (an imported trace): backward may
+                # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
+                # weight gradients, say, are all ready when its backward ends)
+                batch_high *= simulated(inter, [1.0] * len(buckets)).iteration_ms / sim.iteration_ms
+                if READY_UNKNOWN_NOTE not in notes:
+                    notes.append(READY_UNKNOWN_NOTE)
             prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
             if len(wpn_all) > 1 and prior:
                 # a network nobody measured may be PRIOR_NETWORK_SPREAD times slower or faster than
