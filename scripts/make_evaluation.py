@@ -43,7 +43,7 @@ def main() -> int:
     args = ap.parse_args()
     cfg = yaml.safe_load(Path(args.config).read_text())
     out_dir = ROOT / "docs" / "evaluation"
-    sections, rows, verdicts = [], [], []
+    sections, rows, verdicts, mixes = [], [], [], []
     total_s = 0.0
     t0 = time.monotonic()
     for model, entry in cfg["models"].items():
@@ -67,6 +67,7 @@ def main() -> int:
         sections.append(ev.render_markdown(result, command, f"evaluation/{model}.png"))
         s = result.summary()
         verdicts.append(s["against_baselines"])
+        mixes.append(s["mixes"])
         total_s += result.oracle_seconds + result.profiling_seconds
         for r in result.cases:
             rows.append((model, r.case.label(), r.pick.config if r.pick else "-", r.oracle.config if r.oracle else "-",
@@ -81,8 +82,10 @@ def main() -> int:
         f"{total_s / 60:.0f} minutes of workers' wall time, this regeneration {(time.monotonic() - t0) / 60:.0f}). "
         "For each model: "
         "srifty profiles one host of each type plus one allreduce sweep, predicts every configuration with the "
-        "latency model trained without that model's own emulated runs, and picks; then every configuration of the "
-        "space is run (the oracle). Regret is what srifty's pick loses against the oracle's, by measured figures; "
+        "latency model trained without that model's own emulated runs, and picks for each case as `srifty "
+        "recommend` does (the same solver call: mixes with their batch split, the case's availability limits, "
+        "this machine's cores as a capacity limit, on demand); then every configuration of the space is run, and "
+        "each mix picked at its own batch split is run as its plan (the oracle). Regret is what srifty's pick loses against the oracle's, by measured figures; "
         "baselines are judged the same way (in the order: cheapest type per hour, fastest type at the most hosts, "
         "best homogeneous configuration).",
         "",
@@ -91,7 +94,8 @@ def main() -> int:
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
         *([ev.verdicts_line(ev.pool_verdicts(verdicts)).removeprefix("- ") + " Each model's section below sets the "
-           "savings on the same training job against the profiling cost.", ""] if verdicts else []),
+           "savings on the same training job against the profiling cost.", "",
+           ev.mixes_line({k: sum(m[k] for m in mixes) for k in mixes[0]}).removeprefix("- "), ""] if verdicts else []),
     ]
     atomic_write_text(ROOT / "docs" / "EVALUATION.md", "\n".join(head) + "\n" + "\n".join(sections))
     print("wrote docs/EVALUATION.md", flush=True)

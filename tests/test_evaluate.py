@@ -3,6 +3,7 @@ reduced real evaluation on the emulated cluster (root)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,9 +16,10 @@ from hypothesis import strategies as st
 
 from srifty import cluster
 from srifty import evaluate as ev
+from srifty.configspec import parse_config
 from srifty.errors import SriftyError
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, run_srifty
 
 SPEC = cluster.load_spec(ROOT / "configs" / "emulated.yaml")
 
@@ -232,7 +234,7 @@ def test_a_partial_cached_run_is_run_again(tmp_path: Path) -> None:
     doc = json.loads((ROOT / "profiles" / "emulated" / "cnn_resnet" / "1xemu.small-b16.json").read_text())
     calls = []
 
-    def fake_profile(hosts: str, out: Path, collectives: bool) -> dict:
+    def fake_profile(hosts: str, out: Path, collectives: bool, batch_by_type: dict | None = None) -> dict:
         calls.append(hosts)
         profile_mod.save(doc, out)
         return doc
@@ -264,7 +266,9 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     configs = {c["config"] for c in doc["candidates"]}
-    assert configs == {"1xemu.whole", "2xemu.whole", "1xemu.half", "2xemu.half", "1xemu.whole+1xemu.half"}
+    space = {"1xemu.whole", "2xemu.whole", "1xemu.half", "2xemu.half", "1xemu.whole+1xemu.half"}
+    # and any mix srifty picked at its own batch split, run as its plan
+    assert space <= configs and all(c.startswith("1xemu.whole+1xemu.half at ") for c in configs - space)
     assert all(c["measured_samples_per_s"] > 0 for c in doc["candidates"])
     for case in doc["cases"]:
         assert case["oracle"] in configs and case["pick"] in configs
@@ -284,3 +288,67 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
     assert s["prediction_mape"] is not None and s["oracle_seconds"] > 0 and s["profiling_seconds"] > 0
     text = report.read_text()
     assert "regret" in text.lower() and "Profiling cost against what srifty's pick saves" in text
+
+
+def test_the_pick_is_srifty_recommends_and_a_split_mix_is_run_as_its_plan(tmp_path: Path) -> None:
+    """The evaluation chooses through the solver exactly as `srifty recommend` does: the same
+    model, profiles, constraints and availability give recommend's chosen configuration and batch
+    split; a pick whose split differs from the evaluation's batch is a candidate of its own, run
+    with the plan's per-type batches."""
+    from srifty import model as m
+    from srifty import profile as profile_mod
+    from srifty.profiling.emulated import config_string
+
+    shipped = ROOT / "profiles" / "emulated"
+    runs: list[tuple[str, dict | None]] = []
+
+    def fake_profile(hosts: str, out: Path, collectives: bool, batch_by_type: dict | None = None) -> dict:
+        runs.append((hosts, batch_by_type))
+        types = [t for part in hosts.split(",") for t, n in [part.split(":")] for _ in range(int(n))]
+        src = (shipped / "collectives" / "2xemu.cpu.json" if collectives
+               else shipped / "cnn_resnet" / f"{config_string(types)}-b16.json")
+        doc = json.loads(src.read_text())
+        profile_mod.save(doc, out)
+        return doc
+
+    evaluator = ev.Evaluator(str(EXAMPLES / "cnn_resnet.py"), str(ROOT / "configs" / "emulated.yaml"), str(tmp_path),
+                             16, max_hosts=2, profile_fn=fake_profile)
+    cands = ev.candidate_space(evaluator.spec, evaluator.types, 2, 2.0)
+    paths, sweep, _, _ = evaluator.cheap_profiles()
+    evaluator.predict(cands, paths, sweep)
+    case = ev.Case.parse("budget=1.00,available=emu.large=1")
+    assert case.limits == {"emu.large": 1} and "at most 1 emu.large" in case.label()
+    rec = evaluator.choose(case, 2.0)
+    assert rec is not None and rec.usd_per_hour <= 1.0 + 1e-9
+    hosts = [g.instance_type for g in parse_config(rec.config).groups for _ in range(g.count)]
+    assert hosts.count("emu.large") <= 1
+    # srifty recommend, on the same profiles with the same model, chooses the same
+    model_file = tmp_path / "model.npz"
+    m.save(evaluator.oracle.predictor, model_file)
+    res = run_srifty("recommend", "--profile", str(paths[0].parent), "--catalog", str(ROOT / "configs" / "emulated.yaml"),
+                     "--model", str(model_file), "--budget", "1", "--max-nodes", "2", "--no-spot",
+                     "--available", "emu.large=1", "--top", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    chosen = json.loads(res.stdout)["recommendations"][0]
+    assert chosen["config"] == rec.config
+    assert chosen["batch_split"] == {t: round(b, 2) for t, b in rec.batch_split.items()}
+    # a pick is the space's candidate when it runs the evaluation's batch; otherwise its own,
+    # with the batches its plan gives each type, and the run gets them
+    assert all(b == 16 for b in rec.batch_split.values())  # (cnn_resnet: one emu.large, at the batch)
+    n = len(cands)
+    assert evaluator.as_candidate(rec, cands) in cands[:n] and len(cands) == n
+    split_rec = dataclasses.replace(rec, config="1xemu.large+1xemu.medium", mixed=True,
+                                    batch_split={"emu.large": 21.4, "emu.medium": 10.6})
+    pick = evaluator.as_candidate(split_rec, cands)
+    assert pick is cands[-1] and len(cands) == n + 1 and evaluator.as_candidate(split_rec, cands) is pick
+    assert pick.config == "1xemu.large+1xemu.medium at emu.large 21 / emu.medium 11"
+    assert pick.batch_by_type == {"emu.large": 21, "emu.medium": 11} and pick.usd_per_hour == pytest.approx(0.65)
+    assert pick.predicted_samples_per_s == pytest.approx(32 / (rec.iteration_ms / 1e3))
+    mixed = next(c for c in cands if c.config == "1xemu.medium+1xemu.small")
+    before = len(runs)
+    mixed.batch_by_type = {"emu.medium": 20, "emu.small": 12}
+    evaluator.measure([mixed])
+    assert runs[before:] == [("emu.medium:1,emu.small:1", mixed.batch_by_type)]
+    doc = json.loads((tmp_path / "profiles" / "cnn_resnet" / "1xemu.medium+1xemu.small-b20-12.json").read_text())
+    median = doc["summary"]["iteration_ms"]["median"]
+    assert mixed.measured_samples_per_s == pytest.approx(32 / (median / 1e3))  # the global batch as run

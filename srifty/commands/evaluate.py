@@ -17,16 +17,20 @@ Examples (root; every configuration of the space is really run, so this takes a 
   srifty evaluate examples/mlp_recsys.py --batch-size 128 --case budget=0.45 --case min_throughput=2500
   srifty evaluate examples/cnn_resnet.py --batch-size 16 --types emu.small,emu.net --max-hosts 2
   srifty evaluate examples/cnn_resnet.py --batch-size 16 --case objective=cost-per-sample --json
+  srifty evaluate examples/conv_heavy.py --batch-size 16 --max-hosts 2 --case budget=1,available=emu.large=1
   srifty evaluate examples/cnn_resnet.py --batch-size 16 --compare docs/evaluation/cnn_resnet.json
 
-Runs are cached in --work-dir, so an interrupted evaluation resumes and further --case
+Each case's pick is made as `srifty recommend` makes it (mixes with their batch split, the
+case's availability limits, this machine's cores); a mix picked at a batch split is run as its
+plan. Runs are cached in --work-dir, so an interrupted evaluation resumes and further --case
 settings reuse the measured table.""")
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.option("--spec", default="configs/emulated.yaml", show_default=True, type=click.Path(exists=True, dir_okay=False),
               help="The emulated instance catalog.")
 @click.option("--case", "cases", multiple=True,
               help="A constraint setting: budget=N ($/h), min_throughput=N (samples/s), objective=throughput|cost|"
-                   "cost-per-sample, joined by commas. Repeat for several. Default: highest throughput.")
+                   "cost-per-sample, available=TYPE=N (at most N hosts of TYPE; any number of them), joined by "
+                   "commas. Repeat for several. Default: highest throughput.")
 @click.option("--batch-size", type=params.BATCH, required=True, help="Per-worker batch size to evaluate at.")
 @click.option("--types", help="Comma-separated host types to consider (default: every type in --spec).")
 @click.option("--max-hosts", type=params.whole(1, 64), default=3, show_default=True, help="Most hosts in a configuration.")

@@ -5,10 +5,13 @@
 1. **srifty's way**: profile SCRIPT cheaply (one host of each type, plus one allreduce
    sweep across two hosts), predict every configuration of the space with the latency
    model (trained on the shipped corpora *without* this model's emulated runs), and pick
-   the best one for the constraints; the profiling time is recorded.
+   for each constraint setting exactly as ``srifty recommend`` does (the solver: mixes with
+   their batch split, availability limits, this machine's cores as a capacity limit); the
+   profiling time is recorded.
 2. **the oracle**: run every configuration of the space (homogeneous and mixes of two
-   types, up to ``max_hosts`` hosts whose CPU shares fit this machine's cores) long
-   enough for a stable median, and find the truly best one.
+   types, up to ``max_hosts`` hosts whose CPU shares fit this machine's cores, at the
+   evaluation's batch on every worker) and each mix srifty picked at its own batch split (as
+   its plan runs it), long enough for a stable median, and find the truly best one.
 3. **baselines** on the same measured table: the cheapest type per hour (SkyPilot's
    default), the fastest single type at the most hosts allowed, the best homogeneous
    configuration.
@@ -28,8 +31,8 @@ found, its summary and JSON), ``runner`` (the :class:`Evaluator` that runs the f
 from srifty.evaluate.choice import (REGRET_TIE, Savings, Verdict, against_baseline, baselines, best, feasible, regret,
                                     score)
 from srifty.evaluate.drift import RecordingDrift, compare_recordings, recording_label, same_recording
-from srifty.evaluate.report import (_duration, _pct, baseline_cell, drift_line, plot, pool_verdicts, render_markdown,
-                                    save_json, savings_cell, verdicts_line)
+from srifty.evaluate.report import (_duration, _pct, baseline_cell, drift_line, mixes_line, plot, pool_verdicts,
+                                    render_markdown, save_json, savings_cell, verdicts_line)
 from srifty.evaluate.results import CaseResult, Evaluation
 from srifty.evaluate.runner import Evaluator, ProgressFn
 from srifty.evaluate.space import OBJECTIVES, Candidate, Case, candidate_space
@@ -37,7 +40,7 @@ from srifty.evaluate.space import OBJECTIVES, Candidate, Case, candidate_space
 __all__ = [
     "REGRET_TIE", "Savings", "Verdict", "against_baseline", "baselines", "best", "feasible", "regret", "score",
     "RecordingDrift", "compare_recordings", "recording_label", "same_recording",
-    "_duration", "_pct", "baseline_cell", "drift_line", "plot", "pool_verdicts", "render_markdown", "save_json",
+    "_duration", "_pct", "baseline_cell", "drift_line", "mixes_line", "plot", "pool_verdicts", "render_markdown", "save_json",
     "savings_cell", "verdicts_line", "CaseResult", "Evaluation", "Evaluator", "ProgressFn", "OBJECTIVES", "Candidate",
     "Case", "candidate_space",
 ]

@@ -21,7 +21,7 @@ def _value(c: Candidate, measured: bool) -> float | None:
 
 def feasible(c: Candidate, case: Case, measured: bool) -> bool:
     thr = _value(c, measured)
-    if thr is None:
+    if thr is None or not c.within_limits(case.limits):
         return False
     if case.budget_per_hour is not None and c.usd_per_hour > case.budget_per_hour + 1e-12:
         return False
@@ -75,7 +75,9 @@ def regret(pick: Candidate | None, oracle: Candidate | None, case: Case) -> tupl
 
 
 def baselines(cands: Sequence[Candidate], case: Case, max_hosts: int) -> dict[str, Candidate | None]:
-    """Common choices, judged on the measured table."""
+    """Common choices, judged on the measured table, among the hosts that can be had and at the
+    evaluation's batch on every worker (no batch split: that is srifty's)."""
+    cands = [c for c in cands if c.within_limits(case.limits) and not c.batch_by_type]
     singles = [c for c in cands if len(c.hosts) == 1 and c.measured_samples_per_s]
     cheapest = min(singles, key=lambda c: (c.usd_per_hour, -c.measured_samples_per_s), default=None)
     fastest_type = max(singles, key=lambda c: c.measured_samples_per_s, default=None)

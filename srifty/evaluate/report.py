@@ -68,6 +68,18 @@ def verdicts_line(v: dict[str, Any]) -> str:
             f"{v['better_than_every_baseline']} ({per}).")
 
 
+def mixes_line(m: dict[str, int]) -> str:
+    """The report's bullet on mixes of types: how often srifty picks one, how often one is the
+    measured best, and a mixed pick against the best homogeneous configuration."""
+    text = (f"- Mixes of types: srifty's pick is a mix in {m['pick_mixed']} of {m['cases']} cases, the measured best "
+            f"in {m['oracle_mixed']}")
+    if m["pick_mixed"]:
+        text += (f"; against the best homogeneous configuration a mixed pick is better in "
+                 f"{m['mix_better_than_homogeneous']}, the same in {m['mix_same_than_homogeneous']} and worse in "
+                 f"{m['mix_worse_than_homogeneous']}")
+    return text + "."
+
+
 def drift_line(d: RecordingDrift) -> str:
     """The report's bullet on how far the oracle's own figures moved since an earlier recording."""
     return (f"- Repeatability of the oracle itself: against {d.previous}, the {d.configurations} configurations "
@@ -87,7 +99,10 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
         f"Command: `{command}`",
         "",
         f"Space: {s['configurations']} configurations of {', '.join(ev.types)} (homogeneous and mixes of two "
-        f"types, up to {ev.max_hosts} hosts), every one measured. Latency model trained on "
+        f"types, up to {ev.max_hosts} hosts, whose CPU shares fit this machine's cores, at the batch above on every "
+        f"worker; and each mix srifty picked at its own batch split, run as its plan), every one measured. Each "
+        f"case's pick is `srifty recommend`'s (the solver over the latency model's predictions, on demand, the "
+        f"case's availability limits and the machine's cores as capacity limits). Latency model trained on "
         f"{', '.join(ev.predictor['trained_on']) or 'nothing'} (this model's own runs excluded).",
         "",
         f"- Prediction error over the {len(ev.prediction_errors)} predicted configurations (the single hosts were "
@@ -106,7 +121,7 @@ def render_markdown(ev: Evaluation, command: str, plot: str | None = None) -> st
         f"{_pct(s['profiling_share_of_oracle'])} of the oracle's time (workers' wall time; hosts' set-up not counted).",
         "- The single-host configurations are measured by the profiling step itself (the oracle reuses those runs), "
         "so srifty knows them exactly; regret can only come from the multi-host configurations it predicts.",
-        *([verdicts_line(s["against_baselines"])] if ev.cases else []),
+        *([verdicts_line(s["against_baselines"]), mixes_line(s["mixes"])] if ev.cases else []),
         *([drift_line(ev.drift)] if ev.drift else []),
         "",
         "| constraints | srifty's pick | oracle | regret | " + " | ".join(

@@ -82,6 +82,15 @@ class Evaluation:
                                               if c and all(x.verdict == Verdict.BETTER for x in c.values())),
         }
 
+    def mixes(self) -> dict[str, int]:
+        """How often the pick and the oracle are mixes of types, and, where the pick is a mix, how
+        it fares against the best homogeneous configuration (verdicts by measured figures)."""
+        homogeneous = "best homogeneous configuration"
+        against = [a.get(homogeneous) for r, a in zip(self.cases, self.against_baselines()) if r.pick and r.pick.mixed]
+        return {"cases": len(self.cases), "pick_mixed": sum(1 for r in self.cases if r.pick and r.pick.mixed),
+                "oracle_mixed": sum(1 for r in self.cases if r.oracle and r.oracle.mixed),
+                **{f"mix_{v.value}_than_homogeneous": sum(1 for x in against if x and x.verdict == v) for v in Verdict}}
+
     def summary(self) -> dict[str, Any]:
         errs = self.prediction_errors
         from srifty import stats
@@ -100,6 +109,7 @@ class Evaluation:
             "oracle_seconds": self.oracle_seconds,
             "profiling_share_of_oracle": self.profiling_seconds / self.oracle_seconds if self.oracle_seconds else None,
             "against_baselines": self.baseline_verdicts(),
+            "mixes": self.mixes(),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,19 +22,30 @@ class Case:
     budget_per_hour: float | None = None
     min_throughput: float | None = None
     objective: str | None = None
+    # at most N hosts of a type can be had: ("emu.large=1", ...), as `recommend --available` takes them
+    available: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> "Case":
-        """``budget=0.4``, ``min_throughput=50``, ``objective=cost`` joined by commas."""
+        """``budget=0.4``, ``min_throughput=50``, ``objective=cost``, ``available=TYPE=N`` (any
+        number of them) joined by commas."""
         kw: dict[str, Any] = {}
+        available: list[str] = []
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, _, value = part.partition("=")
             key = key.strip().replace("-", "_")
             if key == "budget":
                 key = "budget_per_hour"
-            if key not in ("budget_per_hour", "min_throughput", "objective") or not value:
-                raise SriftyError(f"--case {text!r}: {part!r} is not budget=N, min_throughput=N or objective=NAME.")
-            if key == "objective":
+            if key not in ("budget_per_hour", "min_throughput", "objective", "available") or not value:
+                raise SriftyError(f"--case {text!r}: {part!r} is not budget=N, min_throughput=N, objective=NAME or "
+                                  "available=TYPE=N.")
+            if key == "available":
+                itype, _, n = value.partition("=")
+                if not itype or "@" in itype or not n.isdigit():
+                    raise SriftyError(f"--case {text!r}: {part!r} is not available=TYPE=N (on-demand hosts; the "
+                                      "evaluation has no spot market).")
+                available.append(f"{itype.strip()}={int(n)}")
+            elif key == "objective":
                 if value not in OBJECTIVES:
                     raise SriftyError(f"--case {text!r}: objective must be one of {', '.join(OBJECTIVES)}.")
                 kw[key] = value
@@ -43,7 +54,12 @@ class Case:
                     kw[key] = float(value)
                 except ValueError:
                     raise SriftyError(f"--case {text!r}: {key} needs a number, got {value!r}.") from None
-        return cls(**kw)
+        return cls(**kw, available=tuple(available))
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """The most hosts of each type that can be had (types not named: any number)."""
+        return {t: int(n) for t, _, n in (a.partition("=") for a in self.available)}
 
     @property
     def resolved_objective(self) -> str:
@@ -58,6 +74,7 @@ class Case:
             parts.append(f"budget ${self.budget_per_hour:g}/h")
         if self.min_throughput is not None:
             parts.append(f"at least {self.min_throughput:g} samples/s")
+        parts.extend(f"at most {n} {t}" for t, n in self.limits.items())
         parts.append(f"objective {self.resolved_objective}")
         return ", ".join(parts)
 
@@ -77,10 +94,25 @@ class Candidate:
     measured_rel_ci: float | None = None
     measure_seconds: float | None = None
     measured_at: str | None = None  # when the run that measured it was recorded (its profile's created_at)
+    # per-worker batch on each type where it is not the evaluation's batch everywhere: a mix as
+    # srifty recommend splits the batch (faster types take more), run as its plan
+    batch_by_type: dict[str, int] | None = None
 
     @property
     def homogeneous(self) -> bool:
         return len(set(self.hosts)) == 1
+
+    @property
+    def mixed(self) -> bool:
+        return not self.homogeneous
+
+    def global_batch(self, batch_size: int, workers: dict[str, int]) -> int:
+        """Samples per step: each host's workers at its type's batch (``workers``: per host type)."""
+        return sum(workers[t] * (self.batch_by_type or {}).get(t, batch_size) for t in self.hosts)
+
+    def within_limits(self, limits: dict[str, int]) -> bool:
+        """Whether the hosts it uses are no more than can be had (``Case.limits``)."""
+        return all(self.hosts.count(t) <= n for t, n in limits.items())
 
     @property
     def prediction_error(self) -> float | None:
