@@ -52,6 +52,7 @@ class Evaluator:
         self.profile_fn = profile_fn or self._profile
         self.model = Path(script).stem
         self.oracle: Any = None  # the solver's ModelOracle, once predict() has trained the model
+        self.offers: Any = None  # the emulated catalog the solver picks from, likewise
 
     # one emulated run, cached in the work directory
     def _profile(self, hosts: str, out: Path, collectives: bool,
