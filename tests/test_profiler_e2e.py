@@ -160,6 +160,18 @@ def test_batch_size_reaches_the_script(tmp_path: Path) -> None:
     assert "per-worker batch 256 is outside the batches 16-64 profiled on local" in beyond.stderr
 
 
+def test_the_compute_heavy_example_has_a_small_gradient(tmp_path: Path) -> None:
+    """examples/conv_heavy.py, the evaluation's job for which scaling out pays: 35,642 parameters
+    (its docstring), trained by two workers at the batch srifty gives it."""
+    out = tmp_path / "conv.json"
+    res = run_srifty("profile", str(EXAMPLES / "conv_heavy.py"), "--nproc", "2", "--batch-size", "4",
+                     "--max-seconds", "3", "--min-iterations", "8", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "complete" and doc["job"]["local_batch_size"] == 4 and doc["cluster"]["world_size"] == 2
+    assert doc["job"]["param_count"] == 35_642 and "35,642 parameters" in (EXAMPLES / "conv_heavy.py").read_text()
+
+
 def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     out = tmp_path / "explicit.json"
     res = run_srifty("profile", str(SCRIPTS / "explicit_api.py"), *QUICK, "--out", str(out))
