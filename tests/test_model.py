@@ -576,7 +576,7 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     from srifty.comm import CommModel
     from srifty.configspec import parse_config
     from srifty.features import READY_UNKNOWN_NOTE, FeatureBuilder, load_corpus
-    from srifty.model import LatencyModel, table_for
+    from srifty.model import LatencyModel, predict_table, table_for
 
     cat = Catalog.default()
     held = next(j for j in pollux_jobs if j.model == "deepspeech2")
@@ -599,13 +599,17 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     inside_r = np.mean((te.y_ms >= lo_r) & (te.y_ms <= hi_r))
     assert inside > inside_r + 0.1, (inside, inside_r)
     config = parse_config("4xg4dn.12xlarge").resolved(cat)
-    est = FeatureBuilder(view, cat, comm.link_scale_).estimate(config, 16)
-    assert READY_UNKNOWN_NOTE in est.notes and est.batch_bounds[1] > 1.2
+    builder = FeatureBuilder(view, cat, comm.link_scale_)
+    est = builder.estimate(config, 20)  # a batch its single-GPU runs measured
+    assert READY_UNKNOWN_NOTE in est.notes and est.step_bounds[1] > 1.2
+    # the reach is the step's, not the compute's: the compute is the profiled batch's own
+    assert est.batch_bounds == (1.0, 1.0)
+    assert predict_table(None, builder, [(config, 20)]).compute_source[0] == "profiled"
     # a profile srifty recorded knows its buckets' ready times: no such widening, no such note
     emu = next(j for j in load_corpus([str(ROOT / "profiles/emulated")]) if j.ready_fractions)
     b = emu.runs[0].local_batch_size
     est = FeatureBuilder(emu, emu_catalog).estimate(parse_config("2xemu.medium").resolved(emu_catalog), b)
-    assert READY_UNKNOWN_NOTE not in est.notes and est.batch_bounds == (1.0, 1.0)
+    assert READY_UNKNOWN_NOTE not in est.notes and est.step_bounds == (1.0, 1.0)
 
 
 def test_rings_within_one_node_get_their_own_pcie_figure(pollux_jobs: list[Any], emu_catalog: Any) -> None:

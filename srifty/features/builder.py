@@ -87,6 +87,10 @@ class RowEstimate:
     # worker's batch was measured
     batch_bounds: tuple[float, float] = (1.0, 1.0)
     by_operators: bool = False  # some worker's compute comes from the operator model (srifty.opmodel)
+    # (least, most) step over the estimate's, as ratios, that the interval must hold: the compute's
+    # bounds times the spread of a network nobody measured and the reach of an unrecorded gradient
+    # timeline (the feature table's batch_low/batch_high)
+    step_bounds: tuple[float, float] = (1.0, 1.0)
 
 
 class FeatureBuilder:
@@ -387,11 +391,12 @@ class FeatureBuilder:
                     hierarchical=all(h.hierarchical_allreduce for h in hws))
 
             sim = simulated(inter)
+            step_low, step_high = batch_low, batch_high
             if self.job.ready_fractions is None and sum(wpn_all) > 1:
                 # when the gradients become ready is not recorded (an imported trace): backward may
                 # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
                 # weight gradients, say, are all ready when its backward ends)
-                batch_high *= simulated(inter, [1.0] * len(buckets)).iteration_ms / sim.iteration_ms
+                step_high *= simulated(inter, [1.0] * len(buckets)).iteration_ms / sim.iteration_ms
                 if READY_UNKNOWN_NOTE not in notes:
                     notes.append(READY_UNKNOWN_NOTE)
             prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
@@ -403,7 +408,7 @@ class FeatureBuilder:
                 slow_ms = simulated(Link(inter.gbytes_per_s / k, inter.latency_us)).iteration_ms
                 exposed = max(sim.iteration_ms - step_alone, 0.0) / sim.iteration_ms
                 net_low, net_high = 1.0 - exposed * (1.0 - 1.0 / k), slow_ms / sim.iteration_ms
-                batch_low, batch_high = batch_low * net_low, batch_high * net_high
+                step_low, step_high = step_low * net_low, step_high * net_high
                 note = (f"the network between {', '.join(dict.fromkeys(prior))} nodes was never measured: its "
                         f"bandwidth is a prior from the instance's rate and AWS's per-flow limit (latency-model.md, "
                         f"section 3), and the interval spans x{net_low:.2f} to x{net_high:.2f} of the step for it; "
@@ -415,6 +420,7 @@ class FeatureBuilder:
                 notes.append(gradient_estimated_note(gb))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
+            step_low, step_high = batch_low, batch_high
             if sum(wpn_all) > 1:
                 notes.append(GRADIENT_UNKNOWN_NOTE)
         slow = min(hws, key=lambda h: h.speed_for(self.job.precision) or float("inf"))
@@ -447,7 +453,8 @@ class FeatureBuilder:
         for h in hws:
             notes.extend(n for n in h.notes if n not in notes)
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
-                           (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups))
+                           (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups),
+                           (step_low, step_high))
 
     def worker(self, instance_type: str, batch: float) -> tuple[float, bool, str | None, float,
                                                                 tuple[float, float], str | None]:
@@ -479,7 +486,7 @@ class FeatureBuilder:
         import pandas as pd
 
         out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
-                "batch_low": est.batch_bounds[0], "batch_high": est.batch_bounds[1],
+                "batch_low": est.step_bounds[0], "batch_high": est.step_bounds[1],
                 "by_operators": float(est.by_operators)} for est in estimates]
         return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators"])
 
