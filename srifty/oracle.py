@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 from srifty.catalog import Catalog
 from srifty.errors import SriftyError
 from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
-from srifty.model import MODEL_CODE, LatencyModel, catalog_for_jobs, predict_table
+from srifty.model import MODEL_CODE, UNCALIBRATED_NOTE, LatencyModel, catalog_for_jobs, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -103,6 +103,9 @@ class ModelOracle:
                 self.notes.append(note)
         if LatencyModel.communication_unknown(X).any() and GRADIENT_UNKNOWN_NOTE not in self.notes:
             self.notes.append(GRADIENT_UNKNOWN_NOTE)
+        if self.predictor is not None and self.predictor.latency.uncalibrated(X).any() \
+                and UNCALIBRATED_NOTE not in self.notes:
+            self.notes.append(UNCALIBRATED_NOTE)
         several = (X["world_size"].to_numpy(dtype=float) > 1).any()
         if several and self.builder.grad_bytes_estimated and self.builder.grad_bytes:
             note = gradient_estimated_note(self.builder.grad_bytes)

@@ -612,6 +612,26 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     assert READY_UNKNOWN_NOTE not in est.notes and est.step_bounds == (1.0, 1.0)
 
 
+def test_an_interval_fitted_on_one_model_says_it_is_not_calibrated(pollux_jobs: list[Any]) -> None:
+    """With the runs of one model only, nothing measures how far a model never seen misses: the
+    fit says so, and so does every multi-worker prediction of that regime; with two models, neither."""
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.model import UNCALIBRATED_NOTE, Predictor
+
+    cat = Catalog.default()
+    by_name = {j.model: j for j in pollux_jobs}
+    target = by_name["imagenet"].restricted(lambda r: r.world_size == 1)
+    rows = [(parse_config("4xg4dn.12xlarge").resolved(cat), 32), (parse_config("1xg4dn.12xlarge:1").resolved(cat), 32)]
+    one = Predictor.train([by_name["cifar10"]], cat, quick=True)
+    assert one.meta["uncalibrated_regimes"] == ["real"]
+    several, single = one.predict(target, cat, rows)
+    assert UNCALIBRATED_NOTE in several.warnings and UNCALIBRATED_NOTE not in single.warnings
+    two = Predictor.train([by_name["cifar10"], by_name["ncf"]], cat, quick=True)
+    assert two.meta["uncalibrated_regimes"] == []
+    assert UNCALIBRATED_NOTE not in two.predict(target, cat, rows)[0].warnings
+
+
 def test_rings_within_one_node_get_their_own_pcie_figure(pollux_jobs: list[Any], emu_catalog: Any) -> None:
     import dataclasses
 

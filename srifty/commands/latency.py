@@ -67,9 +67,12 @@ Examples:
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""
     from srifty import api
+    from srifty.model import UNCALIBRATED_NOTE
 
     pred = api.fit(corpus, out, quick)
     meta = pred.meta
+    for regime in meta.get("uncalibrated_regimes", []):
+        click.echo(f"warning: {regime} runs: {UNCALIBRATED_NOTE}.", err=True)
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
                            "instance_types": meta["instance_types"], "link_scale": meta["link_scale"],
                            "data_sha256": meta["data_sha256"]}, indent=1))

@@ -18,7 +18,8 @@ from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
 from srifty.model.corpus import (DEFAULT_CORPUS, ROOT, CombinedCatalog, catalog_for_jobs, corpus_paths,
                                  default_predictor, emulated_catalog_path)
 from srifty.model.latency import (EXTRAPOLATION_WIDEN, MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, REGIMES, SHRINK_GRID,
-                                  TREND_ALPHA, LatencyModel, ModelError, ResidualPart, gpu_transfer_error)
+                                  TREND_ALPHA, UNCALIBRATED_NOTE, LatencyModel, ModelError, ResidualPart,
+                                  gpu_transfer_error)
 from srifty.model.persistence import (MODEL_CODE, MODEL_REVISION, SHIPPED_MODEL, card_is_current, card_path, load,
                                       read_card, save, shipped_model)
 from srifty.model.predictor import (COMPUTE_SOURCES, NETWORK_SOURCES, Prediction, PredictionTable, Predictor,
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_CORPUS", "ROOT", "CombinedCatalog", "catalog_for_jobs", "corpus_paths", "default_predictor",
     "emulated_catalog_path",
     "EXTRAPOLATION_WIDEN", "MIN_RESIDUAL_ROWS", "NO_RESIDUAL_HALF_WIDTH", "REGIMES", "SHRINK_GRID", "TREND_ALPHA",
+    "UNCALIBRATED_NOTE",
     "LatencyModel", "ModelError", "ResidualPart", "gpu_transfer_error",
     "MODEL_CODE", "MODEL_REVISION", "SHIPPED_MODEL", "card_is_current", "card_path", "load", "read_card", "save",
     "shipped_model",

@@ -35,6 +35,10 @@ class ModelError(SriftyError):
 
 MIN_RESIDUAL_ROWS = 10  # fewer rows of a regime than this: no residual model for it (the simulator alone)
 NO_RESIDUAL_HALF_WIDTH = 0.15  # log-space interval half-width without a residual model (about ±15%)
+UNCALIBRATED_NOTE = (
+    "the latency model's interval was not calibrated on a model it never saw: its corpus has runs of one model "
+    "in this regime, so the interval is that model's own spread and likely too narrow for another; fit it on "
+    "the runs of two or more models (`srifty fit`)")
 SHRINK_GRID = tuple(i / 10 for i in range(11))  # shares of the learned residual tried on held-out groups
 REGIMES = ("real", "emulated")
 
@@ -297,6 +301,24 @@ class LatencyModel:
             for k, i in enumerate(idx):
                 out[i] = [REGIME_FEATURES[name][j] for j in np.nonzero(low[k] | high[k])[0]]
         return out
+
+    def uncalibrated_regimes(self) -> list[str]:
+        """The regimes whose interval could not be calibrated on models held out (:meth:`fit`'s
+        ``groups``): their training rows come from one model, or too few are left outside one."""
+        self._check_fitted()
+        return [name for name, part in self.parts_.items() if part is not None and part.held_out_error is None]
+
+    def uncalibrated(self, X: "pd.DataFrame") -> "np.ndarray":
+        """Rows with several workers in a regime of :meth:`uncalibrated_regimes`: their interval is
+        the training model's own quantiles, likely too narrow for a model never seen."""
+        import numpy as np
+
+        out = np.zeros(len(X), dtype=bool)
+        names = set(self.uncalibrated_regimes())
+        for name, m, _ in self._each(X):
+            if name in names:
+                out |= m
+        return out & (np.asarray(X["world_size"], dtype=float) > 1)
 
     @staticmethod
     def communication_unknown(X: "pd.DataFrame") -> "np.ndarray":

@@ -22,7 +22,7 @@ from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
                              RowEstimate)
-from srifty.model.latency import LatencyModel, ModelError
+from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError
 from srifty.model.table import table_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,6 +104,7 @@ class Predictor:
             "multi_worker_node_types": sorted({r.instance_type for j in jobs for r in j.runs
                                                if max(r.workers_per_node) > 1 and not r.mixed}),
             "rows": len(table.y_ms), "max_nodes": int(table.X["nodes"].max()),
+            "uncalibrated_regimes": latency.uncalibrated_regimes(),
             "residual_rows": {k: (v.n_rows if v is not None else 0) for k, v in latency.parts_.items()},
             "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
             "sweep_points": comm.n_sweep_points_, "allreduce_rows": comm.n_allreduce_rows_,
@@ -127,6 +128,7 @@ class Predictor:
         import numpy as np
 
         table = predict_table(self, self.builder(job, catalog), rows)
+        uncalibrated = self.latency.uncalibrated(table.features)
         out = []
         for i, (config, b) in enumerate(rows):
             est = table.estimates[i]
@@ -139,9 +141,12 @@ class Predictor:
                 ci = table.measured_rel_ci[i]
                 if ci > LOOSE_PROFILE_CI:
                     warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
-            elif table.out_of_range[i] and (config.world_size > 1 or est.transferred):
-                warnings.append("far outside the training data (" + ", ".join(table.out_of_range[i]) +
-                                "): the interval is widened; treat the figure as a rough estimate")
+            else:
+                if table.out_of_range[i] and (config.world_size > 1 or est.transferred):
+                    warnings.append("far outside the training data (" + ", ".join(table.out_of_range[i]) +
+                                    "): the interval is widened; treat the figure as a rough estimate")
+                if uncalibrated[i]:
+                    warnings.append(UNCALIBRATED_NOTE)
             out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
                                   config.world_size * b / (it / 1e3), str(table.source[i]), warnings,
                                   table.parts(i)))
