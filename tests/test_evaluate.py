@@ -352,3 +352,15 @@ def test_the_pick_is_srifty_recommends_and_a_split_mix_is_run_as_its_plan(tmp_pa
     doc = json.loads((tmp_path / "profiles" / "cnn_resnet" / "1xemu.medium+1xemu.small-b20-12.json").read_text())
     median = doc["summary"]["iteration_ms"]["median"]
     assert mixed.measured_samples_per_s == pytest.approx(32 / (median / 1e3))  # the global batch as run
+
+
+def test_a_case_naming_a_type_outside_the_space_is_refused_before_any_run(tmp_path: Path) -> None:
+    def never(*args: object) -> dict:
+        raise AssertionError("nothing should run")
+
+    evaluator = ev.Evaluator(str(EXAMPLES / "cnn_resnet.py"), str(ROOT / "configs" / "emulated.yaml"), str(tmp_path),
+                             16, types=["emu.small", "emu.net"], profile_fn=never)
+    with pytest.raises(SriftyError, match="'emu.large' is not a host type of this evaluation"):
+        evaluator.run([ev.Case.parse("budget=1"), ev.Case.parse("budget=1,available=emu.large=1")])
+    with pytest.raises(SriftyError, match="available=TYPE=N"):
+        ev.Case.parse("available=emu.large@spot=1")

@@ -218,6 +218,12 @@ class Evaluator:
     def run(self, cases: Sequence[Case]) -> Evaluation:
         from srifty import cluster
 
+        for case in cases:  # before any run: a case naming a type outside the space would fail after them
+            unknown = [t for t in case.limits if t not in self.types]
+            if unknown:
+                raise SriftyError(f"--case {','.join(case.available)}: {unknown[0]!r} is not a host type of this "
+                                  f"evaluation ({', '.join(self.types)}). Nothing was run.",
+                                  "Name one of those types in available=TYPE=N.")
         cores = cluster.core.system.machine_cores()
         cands = candidate_space(self.spec, self.types, self.max_hosts, cores)
         if not cands:
