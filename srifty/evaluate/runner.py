@@ -97,6 +97,11 @@ class Evaluator:
         doc = self.profile_fn(hosts_arg(hosts), out, collectives, batch_by_type)
         return doc, float(doc["measurement"].get("wall_seconds") or 0.0), False
 
+    @property
+    def workers(self) -> dict[str, int]:
+        """Workers per host of each type."""
+        return {t: self.spec.instance_types[t].workers for t in self.types}
+
     def _price(self, hosts: Sequence[str]) -> float:
         return sum(self.spec.instance_types[t].price_per_hour for t in hosts)
 
@@ -186,10 +191,9 @@ class Evaluator:
         for c in cands:
             if c.config == label:
                 return c
-        workers = {t: self.spec.instance_types[t].workers for t in self.types}
         c = Candidate(label, hosts, round(self._price(hosts), 6),
                       round(sum(self.spec.instance_types[t].cpu_share for t in hosts), 6), batch_by_type=split)
-        gb = c.global_batch(self.batch_size, workers)
+        gb = c.global_batch(self.batch_size, self.workers)
         lo_ms, hi_ms = rec.interval_ms
         c.predicted_samples_per_s = gb / (rec.iteration_ms / 1e3)
         c.predicted_interval = (gb / (hi_ms / 1e3), gb / (lo_ms / 1e3))
@@ -201,11 +205,10 @@ class Evaluator:
         """Step 3: run every configuration (cached runs are reused); the throughput is the global
         batch as the hosts ran it over the median step."""
         seconds = usd = 0.0
-        workers = {t: self.spec.instance_types[t].workers for t in self.types}
         for i, c in enumerate(cands, 1):
             doc, s, cached = self._run(c.hosts, batch_by_type=c.batch_by_type)
             median = ((doc.get("summary") or {}).get("iteration_ms") or {}).get("median")
-            c.measured_samples_per_s = c.global_batch(self.batch_size, workers) / (median / 1e3) if median else None
+            c.measured_samples_per_s = c.global_batch(self.batch_size, self.workers) / (median / 1e3) if median else None
             c.measured_rel_ci = doc["measurement"].get("achieved_rel_ci")
             c.measure_seconds = s
             c.measured_at = doc.get("created_at")

@@ -382,7 +382,7 @@ class FeatureBuilder:
                 buckets = simulate.bucket_layout(gb)
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
 
-            def simulated(inter: Link, fracs: Sequence[float] | None = fracs) -> simulate.SimResult:
+            def simulated(inter: Link) -> simulate.SimResult:
                 return simulate.simulate_iteration(
                     compute, buckets, wpn_all, intra, inter,
                     self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs, optimizer_ms=post,
@@ -395,8 +395,9 @@ class FeatureBuilder:
             if self.job.ready_fractions is None and sum(wpn_all) > 1:
                 # when the gradients become ready is not recorded (an imported trace): backward may
                 # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
-                # weight gradients, say, are all ready when its backward ends)
-                step_high *= simulated(inter, [1.0] * len(buckets)).iteration_ms / sim.iteration_ms
+                # weight gradients, say, are all ready when its backward ends): the step alone, then
+                # every bucket's allreduce in turn
+                step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
                 if READY_UNKNOWN_NOTE not in notes:
                     notes.append(READY_UNKNOWN_NOTE)
             prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
