@@ -263,8 +263,9 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
         say(f"note: {n}")
     if advice:
         say(f"measure: {advice.sentence()}")
-    if outcome.spot_score_sentence():
-        say(f"spot: {outcome.spot_score_sentence()}")
+    spot = outcome.spot_score_sentence()
+    if spot:
+        say(f"spot: {spot}")
     if written:
         say(f"plan for #{rank} ({result.recommendations[rank - 1].config}) written to {plan_dir}: "
             + ", ".join(p.name for p in written))
