@@ -598,6 +598,10 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     inside = np.mean((te.y_ms >= lo) & (te.y_ms <= hi))
     inside_r = np.mean((te.y_ms >= lo_r) & (te.y_ms <= hi_r))
     assert inside > inside_r + 0.1, (inside, inside_r)
+    # the reach and the residual's own error are independent: they add in quadrature (log space)
+    p = lm.predict(te.X)
+    reach = np.log(te.X["batch_high"].to_numpy(dtype=float))
+    np.testing.assert_allclose(np.log(hi / p) ** 2, np.log(hi_r / p) ** 2 + reach ** 2, rtol=1e-6, atol=1e-9)
     config = parse_config("4xg4dn.12xlarge").resolved(cat)
     builder = FeatureBuilder(view, cat, comm.link_scale_)
     est = builder.estimate(config, 20)  # a batch its single-GPU runs measured

@@ -371,16 +371,16 @@ class LatencyModel:
             # (srifty.gpuspeed.TransferError), independently of the residual's error: in quadrature
             lo = np.where(moved, center - np.hypot(center - lo, min(spread.q05, 0.0)), lo)
             hi = np.where(moved, center + np.hypot(hi - center, max(spread.q95, 0.0)), hi)
-        sim = np.asarray(X["sim_ms"], dtype=float)
-        low, high = sim * np.exp(lo), sim * np.exp(hi)
         if "batch_low" in X.columns:
-            # the compute could be anywhere within its bounds at this batch (ComputeCurve.bounds: a
-            # point where measured, narrow where interpolated, wide outside the profiled batches),
-            # taken on the whole predicted step
-            pred = sim * np.exp(center)
-            low = np.minimum(low, pred * np.asarray(X["batch_low"], dtype=float))
-            high = np.maximum(high, pred * np.asarray(X["batch_high"], dtype=float))
-        return low, high
+            # the step could be anywhere within its bounds (RowEstimate.step_bounds: the compute's
+            # at this batch, ComputeCurve.bounds, a point where measured and wide outside the
+            # profiled batches; a network nobody measured at half and twice its prior; the step
+            # with none of the allreduce hidden where a profile does not say when its gradients are
+            # ready), whatever the residual's error: in quadrature
+            lo = center - np.hypot(center - lo, np.log(np.minimum(np.asarray(X["batch_low"], dtype=float), 1.0)))
+            hi = center + np.hypot(hi - center, np.log(np.maximum(np.asarray(X["batch_high"], dtype=float), 1.0)))
+        sim = np.asarray(X["sim_ms"], dtype=float)
+        return sim * np.exp(lo), sim * np.exp(hi)
 
 
 @lru_cache(maxsize=1)
