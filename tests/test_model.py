@@ -752,6 +752,30 @@ def test_predict_json_shape(model_file: Path) -> None:
     assert "by GPU/CPU spec ratio with measured GPU speed factors, a rough estimate" in res.stderr
 
 
+def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, tmp_path: Path) -> None:
+    """A CSV of many rows gets each distinct warning once, naming the rows it concerns, not once per row."""
+    csv_path = tmp_path / "configs.csv"
+    csv_path.write_text("config,local_batch_size\n2xg4dn.12xlarge,32\n4xg4dn.12xlarge,32\n4xg4dn.12xlarge,64\n"
+                        "2xg5.xlarge,32\n2xg6.xlarge,32\n2xg4dn.xlarge,32\n2xg5.2xlarge,32\n")
+    res = _predict("--profile", str(POLLUX / "imagenet"), "--configs", str(csv_path), "--model", str(model_file))
+    assert res.exit_code == 0, res.stderr
+    assert len(res.stdout.strip().splitlines()) == 7
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ") and "catalog snapshot" not in line]
+    assert len(warnings) == len(set(warnings))
+    # every row is an imported trace's: its ready-time warning is one line for all seven
+    ready = [w for w in warnings if "does not record when its gradients become ready" in w]
+    assert ready == [next(w for w in ready)] and ready[0].startswith("warning: every row (7): ")
+    # the four rows of one-GPU types share the unknown intra-node bandwidth: three named, one counted
+    intra = [w for w in warnings if "intra-node bandwidth unknown" in w]
+    assert len(intra) == 1 and intra[0].count(" at batch ") == 3 and " and 1 more row(s): " in intra[0]
+    # a warning that names its type stays with that type's row alone
+    prior = [w for w in warnings if "the network between g5.xlarge nodes was never measured" in w]
+    assert len(prior) == 1 and prior[0].startswith("warning: 2xg5.xlarge:1 at batch 32: the network")
+    # one row keeps the configuration as its prefix
+    one = _predict("--profile", str(POLLUX / "imagenet"), "--config", "2xg5.xlarge", "-b", "32", "--model", str(model_file))
+    assert any(line.startswith("warning: 2xg5.xlarge:1: the network") for line in one.stderr.splitlines())
+
+
 @pytest.mark.parametrize("profile, config, batch, compute, network", [
     ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", "measured"),  # a run of the trace itself
     ("pollux/imagenet", "2xg4dn.12xlarge", 48, "profiled-other-batch", "fitted-on-type"),

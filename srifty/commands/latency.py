@@ -9,6 +9,7 @@ import csv
 import json
 import sys
 from pathlib import Path
+from typing import Any, Sequence
 
 import click
 
@@ -93,6 +94,28 @@ def _read_configs_csv(path: str) -> list[tuple[str, int | None, int]]:
     return rows
 
 
+def _grouped_warnings(results: Sequence[Any]) -> list[str]:
+    """Each distinct warning of ``results`` once, in order, naming the rows it concerns: a warning
+    that 1,000 rows share is one line, not 1,000."""
+    rows: dict[str, list[str]] = {}
+    for r in results:
+        for w in r.warnings:
+            names = rows.setdefault(w, [])
+            label = f"{r.config} at batch {r.local_batch_size}" if len(results) > 1 else r.config
+            if label not in names:
+                names.append(label)
+    out = []
+    for w, names in rows.items():
+        if len(results) > 1 and len(names) == len(results):
+            where = f"every row ({len(names)})"
+        elif len(names) > 3:
+            where = f"{', '.join(names[:3])} and {len(names) - 3} more row(s)"
+        else:
+            where = ", ".join(names)
+        out.append(f"{where}: {w}")
+    return out
+
+
 @click.command("predict", epilog="""\b
 Examples:
   srifty predict --profile profiles/pollux/imagenet --config 4xg4dn.12xlarge --local-batch-size 64
@@ -100,7 +123,7 @@ Examples:
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
 
 Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
-With --json each row also has `parts`: the slowest worker's compute alone (compute_ms) and the
+With --configs, each warning is said once, with the rows it concerns. With --json each row also has `parts`: the slowest worker's compute alone (compute_ms) and the
 rest of the step (communication_ms), with where each came from: compute_source measured |
 profiled | profiled-other-batch | transferred; network_source none | unknown | measured |
 emulated-sweeps | fitted-on-type | prior (the catalog's link figures with efficiencies fitted
@@ -130,9 +153,9 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
     results = api.predict([profile_path], [(text, b) if b else text for text, b, _ in requests], local_batch_size,
                           model_path, catalog_path, placement_group, say=lambda msg: click.echo(msg, err=True),
                           where=[f" ({configs_csv} line {line})" if line else "" for _, _, line in requests])
+    for w in _grouped_warnings(results):
+        _warn(w)
     for r in results:
-        for w in r.warnings:
-            _warn(f"{r.config}: {w}")
         if as_json:
             d = r.to_dict()
             click.echo(json.dumps({k: d[k] for k in ("config", "local_batch_size", "iteration_ms", "interval_ms",
