@@ -123,8 +123,8 @@ Examples:
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
 
 Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
-With --configs, each warning is said once, with the rows it concerns. With --json each row also has `parts`: the slowest worker's compute alone (compute_ms) and the
-rest of the step (communication_ms), with where each came from: compute_source measured |
+With --configs, each warning is said once, with the rows it concerns. With --json each row
+also has `parts`: the slowest worker's compute alone (compute_ms) and the rest of the step (communication_ms), with where each came from: compute_source measured |
 profiled | profiled-other-batch | transferred; network_source none | unknown | measured |
 emulated-sweeps | fitted-on-type | prior (the catalog's link figures with efficiencies fitted
 on other instance types).
