@@ -123,11 +123,12 @@ Examples:
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
 
 Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
-With --configs, each warning is said once, with the rows it concerns. With --json each row
-also has `parts`: the slowest worker's compute alone (compute_ms) and the rest of the step (communication_ms), with where each came from: compute_source measured |
-profiled | profiled-other-batch | transferred; network_source none | unknown | measured |
-emulated-sweeps | fitted-on-type | prior (the catalog's link figures with efficiencies fitted
-on other instance types).
+With --configs, each warning is said once, with the rows it concerns (and with --json, in each
+row's `warnings`). With --json each row also has `parts`: the slowest worker's compute alone
+(compute_ms) and the rest of the step (communication_ms), with where each came from:
+compute_source measured | profiled | profiled-other-batch | transferred; network_source none |
+unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's link figures with
+efficiencies fitted on other instance types).
 
 Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 """)
@@ -159,7 +160,7 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
         if as_json:
             d = r.to_dict()
             click.echo(json.dumps({k: d[k] for k in ("config", "local_batch_size", "iteration_ms", "interval_ms",
-                                                       "throughput_samples_per_s", "source", "parts")}))
+                                                       "throughput_samples_per_s", "source", "parts", "warnings")}))
         else:
             click.echo(f"{r.config:<40} batch {r.local_batch_size:>5}  {r.iteration_ms:9.1f} ms "
                        f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]  {r.throughput_samples_per_s:10.1f} samples/s"
