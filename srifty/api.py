@@ -374,6 +374,38 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths)
 
 
+def validate_holdout(paths: Sequence[str], model_path: str | None = None, say: Say = _quiet) -> Any:
+    """``srifty validate --holdout``: each job's runs across nodes predicted from its single-node
+    runs alone, by the model ``srifty predict`` uses (or ``model_path``), as a
+    :class:`srifty.validate.HeldOutCheck`. ``paths``: a CSV trace (``srifty import``'s columns,
+    imported into a temporary directory) or profile files and directories."""
+    import tempfile
+
+    from srifty import validate as v
+
+    predictor = load_predictor(model_path, lambda msg: say(f"note: {msg}"))
+    if predictor is None:
+        raise SriftyError("--model simulator has nothing to check; give a model file from `srifty fit`, or none.")
+    with tempfile.TemporaryDirectory(prefix="srifty-holdout-") as tmp:
+        profile_paths: list[str] = []
+        for p in paths:
+            if Path(p).suffix.lower() == ".csv":
+                out = Path(tmp) / f"trace-{len(profile_paths)}"
+                import_trace(p, str(out))
+                profile_paths.append(str(out))
+            else:
+                profile_paths.append(p)
+        jobs = load_corpus(profile_paths)
+        if not jobs:
+            raise SriftyError(f"No training profiles in {', '.join(paths)}.",
+                              "Give a CSV trace with srifty import's columns, or profile directories.")
+        check = v.check_held_out(jobs, predictor, model.catalog_for_jobs(jobs))
+    if check.seen:
+        say(f"warning: the model was trained on runs of {', '.join(check.seen)}: this is not a held-out check for "
+            "them; fit one without them (`srifty fit` on the other profiles) and pass it with --model")
+    return check
+
+
 def evaluate(script: str, spec: str, cases: Sequence[str], batch_size: int, types: Sequence[str] | None = None,
              max_hosts: int = 3, max_seconds: float = 8.0, work_dir: str = "runs/evaluate",
              corpora: Sequence[str] = (), compare_path: str | None = None, say: Say = _quiet) -> Any:

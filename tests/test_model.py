@@ -755,6 +755,66 @@ def test_predict_json_shape(model_file: Path) -> None:
     assert "by GPU/CPU spec ratio with measured GPU speed factors, a rough estimate" in res.stderr
 
 
+def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_runs(pollux_jobs: list[Any],
+                                                                                 model_file: Path) -> None:
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.errors import SriftyError
+    from srifty.features import run_config
+    from srifty.validate import check_held_out
+
+    cat = Catalog.default()
+    held = next(j for j in pollux_jobs if j.model == "deepspeech2")
+    pred = m.Predictor.train([j for j in pollux_jobs if j is not held], cat, quick=True)
+    check = check_held_out([held], pred, cat)
+    tested = [r for r in held.runs if r.nodes >= 2]
+    assert check.seen == () and len(check.rows) == len(tested) > 100
+    # each row is what `srifty predict` answers for the job known by its single-node runs alone
+    view = held.restricted(lambda r: r.nodes == 1)
+    direct = pred.predict(view, cat, [(run_config(r).resolved(cat), r.local_batch_size) for r in tested[:5]])
+    for row, p, r in zip(check.rows, direct, tested):
+        assert (row.predicted_ms, (row.low_ms, row.high_ms), row.measured_ms) == (p.iteration_ms, p.interval_ms,
+                                                                                  r.step_ms)
+        assert row.beyond_compute == pytest.approx(1 - p.parts["compute_ms"] / r.step_ms)
+    cells = {c["group"]: c for c in check.cells("nodes")}
+    err = np.array([row.error for row in check.rows])
+    assert cells["all"]["rows"] == len(tested) and cells["all"]["mape"] == pytest.approx(np.mean(np.abs(err)))
+    assert cells["all"]["inside_interval"] == pytest.approx(np.mean([row.inside for row in check.rows]))
+    assert sum(c["rows"] for c in check.cells("regime") if c["group"] != "all") == len(tested)
+    assert sum(c["rows"] for c in check.cells("nodes") if c["group"] != "all") == len(tested)
+    # deepspeech2 hides none of its allreduce, which no single-node run of the others shows: too fast
+    assert cells["all"]["signed_median"] < -10
+    # a model trained on its runs says the check is not held out
+    assert check_held_out([held], m.load(model_file), cat).seen == ("deepspeech2",)
+    with pytest.raises(SriftyError, match="runs across nodes"):  # nothing to predict
+        check_held_out([view], pred, cat)
+
+
+def test_validate_holdout_reads_a_trace_and_prints_its_tables(model_file: Path, tmp_path: Path) -> None:
+    import csv
+
+    from srifty.cli import cli
+
+    with open(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["model"] == "ncf"][::8]
+    trace = tmp_path / "ncf.csv"
+    with open(trace, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    across = sum("+" in r["placement"] for r in rows)
+    res = CliRunner().invoke(cli, ["validate", "--holdout", str(trace), "--model", str(model_file)])
+    assert res.exit_code == 0, res.stderr
+    assert "not a held-out check" in res.stderr  # the fixture's model was trained on ncf
+    assert any(line.split()[:3] == ["ncf", "all", str(across)] for line in res.stdout.splitlines())
+    d = json.loads(CliRunner().invoke(cli, ["validate", "--holdout", str(trace), "--model", str(model_file),
+                                            "--json"]).stdout)
+    assert len(d["rows"]) == across and d["seen"] == ["ncf"]
+    for bad in (["--holdout", str(trace), "--quick"], ["--model", str(model_file)]):
+        res = run_srifty("validate", *bad)
+        assert res.returncode == 1 and "--holdout" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, tmp_path: Path) -> None:
     """A CSV of many rows gets each distinct warning once, naming the rows it concerns, not once per row."""
     csv_path = tmp_path / "configs.csv"

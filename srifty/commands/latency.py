@@ -167,11 +167,36 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
                        f"  {r.source}")
 
 
+def _print_holdout(check: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(check.to_dict(), indent=1))
+        return
+    for by, title in (("nodes", "node count"), ("regime", "regime (measured share of the step beyond compute)")):
+        click.echo(f"\nBy {title}: MAPE and signed median error % (negative: predicted too fast), share inside "
+                   "the 5-95% interval; baselines' MAPE %: the simulator with catalog links, compute alone")
+        cells = check.cells(by)
+        w = max(len(c["model"]) for c in cells)
+        g = max(len(c["group"]) for c in cells)
+        click.echo(f"{'model':<{w}}  {'rows of':<{g}}  {'rows':>5}  {'MAPE':>6}  {'signed':>7}  {'inside':>6}  "
+                   f"{'simulator':>9}  {'compute':>7}")
+        for c in cells:
+            click.echo(f"{c['model']:<{w}}  {c['group']:<{g}}  {c['rows']:>5}  {c['mape']:>6.1f}  "
+                       f"{c['signed_median']:>+7.1f}  {c['inside_interval'] * 100:>5.0f}%  {c['simulator_mape']:>9.1f}  "
+                       f"{c['linear_mape']:>7.1f}")
+
+
 @click.command("validate", epilog="""\b
 Examples:
   srifty validate --quick
   srifty validate profiles/pollux profiles/emulated --out docs/ACCURACY.md --plot docs/accuracy.png
   srifty validate --out docs/ACCURACY.md --plot docs/accuracy.png --readme README.md
+  srifty validate --holdout my_trace.csv                  # the model srifty predict uses, on your runs
+  srifty validate --holdout my_trace.csv --model mine.npz # a model from srifty fit
+
+--holdout checks a trained model on measurements it never saw: each model's runs across nodes
+in the trace (srifty import's columns) or profiles, predicted from its runs on one node alone,
+as srifty predict answers a trace imported with those rows only; by node count and by regime
+(the measured share of the step beyond its slowest worker's compute).
 """)
 @click.argument("corpus", nargs=-1, type=click.Path())
 @click.option("--quick", is_flag=True, help="Smaller fits and fewer splits (lomo-1gpu and nodes>4; emulated: loco and "
@@ -180,14 +205,31 @@ Examples:
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a predicted-vs-measured PNG here.")
 @click.option("--readme", type=click.Path(dir_okay=False, exists=True),
               help="Replace the generated accuracy summary line in this README (between its marker lines).")
+@click.option("--holdout", "holdout", multiple=True, type=click.Path(exists=True),
+              help="A trace CSV or profiles whose runs across nodes to predict from their single-node runs "
+              "(repeatable); replaces the cross-validation.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="With --holdout: a model file from "
+              "`srifty fit` (default: the one srifty predict uses).")
 @click.option("--json", "as_json", is_flag=True, help="Print the pooled figures as JSON.")
 def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: str | None, readme: str | None,
-                 as_json: bool) -> None:
+                 holdout: tuple[str, ...], model_path: str | None, as_json: bool) -> None:
     """Grouped cross-validation of the latency model against baselines (never tests on training data)."""
     from srifty import api, cpu_to_gpu
     from srifty import model as m
     from srifty import validate as v
     from srifty.profile import atomic_write_text
+
+    if holdout:
+        if corpus or quick or out or plot or readme:
+            raise SriftyError("--holdout checks a trained model on its own; it takes no corpus, --quick, --out, "
+                              "--plot or --readme.", "Run `srifty validate --holdout TRACE` alone (with --model, "
+                              "--json).")
+        _print_holdout(api.validate_holdout(holdout, model_path, say=lambda line: click.echo(line, err=True)),
+                       as_json)
+        return
+    if model_path:
+        raise SriftyError("--model goes with --holdout: the cross-validation fits its own models.",
+                          "Drop --model, or add --holdout TRACE.")
 
     paths = m.corpus_paths(corpus)
     outputs = [o for o in (Output(out or "", "--out"), Output(plot or "", "--plot")) if o.path]

@@ -8,11 +8,14 @@
 - ``allreduce``: measured nccl-tests allreduces against the simulator's link figures.
 - ``gpu_transfer``: single-GPU rates carried from one GPU type to another by a speed ratio.
 - ``batch``: compute at another per-worker batch, predicted from one measured batch.
+- ``holdout``: a trained model on measurements it never saw (each job's runs across nodes from
+  its single-node runs).
 """
 
 from srifty.validate.allreduce import COMM_METHODS, AllreduceCheck, render_allreduce, validate_allreduce
 from srifty.validate.batch import (BATCH_BOUND_SLACK, BATCH_RATIO_BINS, BatchCheck, batch_scaling_summary,
                                    render_batch_scaling, validate_batch_scaling)
+from srifty.validate.holdout import HeldOutCheck, HeldOutRow, check_held_out
 from srifty.validate.folds import catalog_without_gpu_of, fit_pollux, model_regimes, run_fold, validate
 from srifty.validate.gpu_transfer import (DLE_GPUS, GAVEL_BATCH, GAVEL_GPUS, TRANSFER_METHODS, TransferCheck,
                                           by_dataset, read_dle_single_gpu, read_gavel, render_gpu_transfer,
@@ -26,6 +29,7 @@ __all__ = [
     "COMM_METHODS", "AllreduceCheck", "render_allreduce", "validate_allreduce",
     "BATCH_BOUND_SLACK", "BATCH_RATIO_BINS", "BatchCheck", "batch_scaling_summary", "render_batch_scaling",
     "validate_batch_scaling",
+    "HeldOutCheck", "HeldOutRow", "check_held_out",
     "catalog_without_gpu_of", "fit_pollux", "model_regimes", "run_fold", "validate",
     "DLE_GPUS", "GAVEL_BATCH", "GAVEL_GPUS", "TRANSFER_METHODS", "TransferCheck", "by_dataset",
     "read_dle_single_gpu", "read_gavel", "render_gpu_transfer", "transfer_errors", "transfer_spread",
