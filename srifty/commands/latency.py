@@ -175,8 +175,8 @@ def _print_holdout(check: Any, as_json: bool) -> None:
         click.echo(f"\nBy {title}: MAPE and signed median error % (negative: predicted too fast), share inside "
                    "the 5-95% interval; baselines' MAPE %: the simulator with catalog links, compute alone")
         cells = check.cells(by)
-        w = max(len(c["model"]) for c in cells)
-        g = max(len(c["group"]) for c in cells)
+        w = max([len("model")] + [len(c["model"]) for c in cells])
+        g = max([len("rows of")] + [len(c["group"]) for c in cells])
         click.echo(f"{'model':<{w}}  {'rows of':<{g}}  {'rows':>5}  {'MAPE':>6}  {'signed':>7}  {'inside':>6}  "
                    f"{'simulator':>9}  {'compute':>7}")
         for c in cells:
