@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty import importer, model
 from srifty.capacity import SpotScore, capacity_limits, read_spot_scores, spot_groups
@@ -39,9 +39,12 @@ from srifty.oracle import (PREDICTION_CODE, CachedOracle, ModelOracle, default_m
                            load_inputs, load_predictor)
 from srifty.solver import Constraints, MeasurementAdvice, Objective, Result, measurement_advice, solve
 
+if TYPE_CHECKING:  # pragma: no cover
+    from srifty.validate import HeldOutCheck
+
 __all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile",
            "profile_outputs", "profile_batches", "import_trace", "fit", "predict", "recommend", "write_plan", "launch",
-           "validate", "evaluate", "cleanup_ec2"]
+           "validate", "validate_holdout", "evaluate", "cleanup_ec2"]
 
 Say = Callable[[str], None]
 
@@ -374,7 +377,7 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths)
 
 
-def validate_holdout(paths: Sequence[str], model_path: str | None = None, say: Say = _quiet) -> Any:
+def validate_holdout(paths: Sequence[str], model_path: str | None = None, say: Say = _quiet) -> HeldOutCheck:
     """``srifty validate --holdout``: each job's runs across nodes predicted from its single-node
     runs alone, by the model ``srifty predict`` uses (or ``model_path``), as a
     :class:`srifty.validate.HeldOutCheck`. ``paths``: a CSV trace (``srifty import``'s columns,
