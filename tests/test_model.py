@@ -616,9 +616,10 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     assert READY_UNKNOWN_NOTE not in est.notes and est.step_bounds == (1.0, 1.0)
 
 
-def test_an_interval_fitted_on_one_model_says_it_is_not_calibrated(pollux_jobs: list[Any]) -> None:
+def test_an_interval_fitted_on_one_model_says_it_is_not_calibrated(pollux_jobs: list[Any], tmp_path: Path) -> None:
     """With the runs of one model only, nothing measures how far a model never seen misses: the
     fit says so, and so does every multi-worker prediction of that regime; with two models, neither."""
+    from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
     from srifty.model import UNCALIBRATED_NOTE, Predictor
@@ -631,6 +632,15 @@ def test_an_interval_fitted_on_one_model_says_it_is_not_calibrated(pollux_jobs: 
     assert one.meta["uncalibrated_regimes"] == ["real"]
     several, single = one.predict(target, cat, rows)
     assert UNCALIBRATED_NOTE in several.warnings and UNCALIBRATED_NOTE not in single.warnings
+    # what it can measure, it does: each node count of cifar10 predicted from the others bounds the interval
+    part = one.latency.parts_["real"]
+    assert part.held_out_groups == "node counts" and part.held_out_error is not None
+    low, high = part.held_out_error
+    assert np.log(several.interval_ms[1] / several.iteration_ms) >= high - 1e-9
+    assert np.log(several.interval_ms[0] / several.iteration_ms) <= low + 1e-9
+    saved = tmp_path / "one.npz"
+    m.save(one, saved)
+    assert m.load(saved).latency.parts_["real"].held_out_groups == "node counts"
     two = Predictor.train([by_name["cifar10"], by_name["ncf"]], cat, quick=True)
     assert two.meta["uncalibrated_regimes"] == []
     assert UNCALIBRATED_NOTE not in two.predict(target, cat, rows)[0].warnings

@@ -37,8 +37,8 @@ MIN_RESIDUAL_ROWS = 10  # fewer rows of a regime than this: no residual model fo
 NO_RESIDUAL_HALF_WIDTH = 0.15  # log-space interval half-width without a residual model (about ±15%)
 UNCALIBRATED_NOTE = (
     "the latency model's interval was not calibrated on a model it never saw: its corpus has runs of one model "
-    "in this regime, so the interval is that model's own spread and likely too narrow for another; fit it on "
-    "the runs of two or more models (`srifty fit`)")
+    "in this regime, so the interval comes from that model's own runs (at most their node counts held out of "
+    "the fit in turn) and may be too narrow for another; fit it on the runs of two or more models (`srifty fit`)")
 SHRINK_GRID = tuple(i / 10 for i in range(11))  # shares of the learned residual tried on held-out groups
 REGIMES = ("real", "emulated")
 
@@ -67,6 +67,10 @@ class ResidualPart:
     # (intercept, slope) of the residual's trend in log(nodes), fitted before the trees, which
     # then model what is left: trees are flat beyond the largest cluster seen, the trend is not
     trend: tuple[float, float] = (0.0, 0.0)
+    # what ``held_out_error`` and ``shrink`` held out: "models", or, with the runs of one model only,
+    # "node counts" (each node count of it predicted from the others: an error across cluster
+    # sizes, not across models)
+    held_out_groups: str = "models"
 
 
 class LatencyModel:
@@ -200,15 +204,21 @@ class LatencyModel:
             with np.errstate(all="ignore"):
                 fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
             n = int(m.sum())
-            held_out, shrink = self._held_out(Ai, ri, np.asarray(groups, dtype=object)[m]) \
-                if groups is not None else (None, 1.0)
+            held_out, shrink, held_by = (None, 1.0, "models")
+            if groups is not None:
+                held_by, by = "models", np.asarray(groups, dtype=object)[m]
+                if len(set(by)) < 2:
+                    # one model: nothing measures how far another misses, but how far the fit
+                    # misses a cluster size it did not see is measured by holding each out
+                    held_by, by = "node counts", np.asarray(Ai[:, RESIDUAL_FEATURES.index("nodes")], dtype=object)
+                held_out, shrink = self._held_out(Ai, ri, by)
             trend, rest = self._detrend(Ai, ri)
             # kept as arrays (srifty.trees): the estimators' own predictions, without scikit-learn
             centre, lower, upper = (TreeEnsemble.from_estimator(e.fit(Ai, rest)) for e in (
                 self._hgb(), self._hgb(loss="quantile", quantile=self.quantiles[0]),
                 self._hgb(loss="quantile", quantile=self.quantiles[1])))
             self.parts_[name] = ResidualPart(centre, lower, upper, fmin, fmax, n, held_out, self._slowdown(X, y, m),
-                                             shrink, trend)
+                                             shrink, trend, held_by)
         self.n_rows_ = len(y)
         return self
 
@@ -304,9 +314,11 @@ class LatencyModel:
 
     def uncalibrated_regimes(self) -> list[str]:
         """The regimes whose interval could not be calibrated on models held out (:meth:`fit`'s
-        ``groups``): their training rows come from one model, or too few are left outside one."""
+        ``groups``): their training rows come from one model (calibrated, at most, on its node
+        counts held out), or too few are left outside one."""
         self._check_fitted()
-        return [name for name, part in self.parts_.items() if part is not None and part.held_out_error is None]
+        return [name for name, part in self.parts_.items()
+                if part is not None and (part.held_out_error is None or part.held_out_groups != "models")]
 
     def uncalibrated(self, X: "pd.DataFrame") -> "np.ndarray":
         """Rows with several workers in a regime of :meth:`uncalibrated_regimes`: their interval is
