@@ -403,6 +403,8 @@ def validate_holdout(paths: Sequence[str], model_path: str | None = None, say: S
             raise SriftyError(f"No training profiles in {', '.join(paths)}.",
                               "Give a CSV trace with srifty import's columns, or profile directories.")
         check = v.check_held_out(jobs, predictor, model.catalog_for_jobs(jobs))
+    if check.skipped:
+        say(f"warning: left out, without runs both on one node and across nodes: {', '.join(check.skipped)}")
     if check.seen:
         say(f"warning: the model was trained on runs of {', '.join(check.seen)}: this is not a held-out check for "
             "them; fit one without them (`srifty fit` on the other profiles) and pass it with --model")

@@ -798,6 +798,10 @@ def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_ru
     assert check_held_out([held], m.load(model_file), cat).seen == ("deepspeech2",)
     with pytest.raises(SriftyError, match="runs across nodes"):  # nothing to predict
         check_held_out([view], pred, cat)
+    # a job with nothing to predict beside one that has: left out and named
+    both = check_held_out([view, held], pred, cat)
+    assert len(both.rows) == len(check.rows) and both.skipped == (f"deepspeech2 ({len(view.runs)} run(s) on one "
+                                                                   "node, 0 across nodes)",)
 
 
 def test_validate_holdout_reads_a_trace_and_prints_its_tables(model_file: Path, tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ class HeldOutCheck:
 
     rows: list[HeldOutRow]
     seen: tuple[str, ...] = ()  # held-out models whose runs the model was trained on (not a held-out check)
+    skipped: tuple[str, ...] = ()  # models left out, each with why (no runs on one node, or none across nodes)
 
     def cells(self, by: str) -> list[dict[str, Any]]:
         """Per model (and all models) and per group of rows (``by`` = "nodes" or "regime"): rows,
@@ -89,27 +90,31 @@ class HeldOutCheck:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seen": list(self.seen), "by_nodes": self.cells("nodes"), "by_regime": self.cells("regime"),
-                "rows": [asdict(r) for r in self.rows]}
+        return {"seen": list(self.seen), "skipped": list(self.skipped), "by_nodes": self.cells("nodes"),
+                "by_regime": self.cells("regime"), "rows": [asdict(r) for r in self.rows]}
 
 
 def check_held_out(jobs: Sequence[JobProfile], predictor: "Predictor", catalog: "Catalog") -> HeldOutCheck:
     """Each job's runs across nodes (of one instance type or several) predicted by ``predictor``
     from the job's single-node runs alone, through :meth:`Predictor.predict` as ``srifty predict``
-    answers; a job without both kinds of run is refused."""
+    answers. A job without both kinds of run is skipped (and named); none with both is refused."""
     rows: list[HeldOutRow] = []
+    skipped: list[str] = []
     for job in jobs:
         view = job.restricted(lambda r: r.nodes == 1)
         tested = [r for r in job.runs if r.nodes >= 2]
         if not view.runs or not tested:
-            raise SriftyError(
-                f"{job.model}: a held-out check needs runs on one node (to predict from) and runs across nodes "
-                f"(to predict); it has {len(view.runs)} and {len(tested)}.",
-                "Give a trace with both, e.g. the 1-4 GPU rows of one node and the multi-node rows of a model.")
+            skipped.append(f"{job.model} ({len(view.runs)} run(s) on one node, {len(tested)} across nodes)")
+            continue
         configs = [(run_config(r).resolved(catalog), r.local_batch_size) for r in tested]
         simulator = FeatureBuilder(view, catalog)  # the catalog's link figures, no fitted efficiency
         for r, (config, b), p in zip(tested, configs, predictor.predict(view, catalog, configs)):
             rows.append(HeldOutRow(job.model, p.config, b, r.nodes, r.step_ms, p.iteration_ms, *p.interval_ms,
                                    float(p.parts["compute_ms"]), simulator.row_estimate(config, b).sim_ms))
-    seen = tuple(sorted({j.model for j in jobs} & set(predictor.meta.get("models", []))))
-    return HeldOutCheck(rows, seen)
+    if not rows:
+        raise SriftyError(
+            f"A held-out check needs, for some model, runs on one node (to predict from) and runs across nodes "
+            f"(to predict); {'; '.join(skipped)}.",
+            "Give a trace with both, e.g. the 1-4 GPU rows of one node and the multi-node rows of a model.")
+    seen = tuple(sorted({r.model for r in rows} & set(predictor.meta.get("models", []))))
+    return HeldOutCheck(rows, seen, tuple(skipped))
