@@ -507,6 +507,21 @@ def _thin(job: Any, keep_every: int) -> Any:
     return job.restricted(lambda r: r.world_size == 1 or id(r) in kept)
 
 
+def _fit_without(jobs: list[Any], held_out: str) -> tuple[Any, Any, Any, Any, Any]:
+    """The job ``held_out`` of ``jobs`` and what the others fit (small fits, for tests): the
+    catalog, the communication model, its training table and the latency model."""
+    from srifty.catalog import Catalog
+    from srifty.comm import CommModel
+    from srifty.model import LatencyModel, table_for
+
+    cat = Catalog.default()
+    held = next(j for j in jobs if j.model == held_out)
+    train = [j for j in jobs if j is not held]
+    comm = CommModel(max_rows=150).fit(train, cat)
+    tr = table_for(train, cat, comm.link_scale_)
+    return held, cat, comm, tr, LatencyModel(max_iter=60).fit(tr.X, tr.y_ms, groups=tr.model)
+
+
 @pytest.fixture(scope="module")
 def pollux_jobs() -> list[Any]:
     from srifty.features import load_corpus
@@ -534,19 +549,12 @@ def test_model_beats_baselines_on_held_out_model(pollux_jobs: list[Any]) -> None
 def test_a_model_without_its_gradient_size_gets_a_wide_interval_that_covers(pollux_jobs: list[Any]) -> None:
     import dataclasses
 
-    from srifty.catalog import Catalog
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder
-    from srifty.comm import CommModel
     from srifty.model import LatencyModel, table_for
 
     # cifar10 held out, and told nothing but its single-GPU runs: no parameter count either
-    cat = Catalog.default()
-    held = next(j for j in pollux_jobs if j.model == "cifar10")
-    train = [j for j in pollux_jobs if j is not held]
-    comm = CommModel(max_rows=150).fit(train, cat)
-    tr = table_for(train, cat, comm.link_scale_)
-    lm = LatencyModel(max_iter=60).fit(tr.X, tr.y_ms, groups=tr.model)
+    held, cat, comm, tr, lm = _fit_without(pollux_jobs, "cifar10")
     blind_view = held.restricted(lambda r: r.world_size == 1, forget_size=True)
     te = table_for([held], cat, comm.link_scale_, views={held.model: blind_view})
     assert len(te.y_ms) > 20 and LatencyModel.communication_unknown(te.X).all()
@@ -572,18 +580,11 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     the interval reaches the step with none of the allreduce hidden, and holds more of it."""
     import dataclasses
 
-    from srifty.catalog import Catalog
-    from srifty.comm import CommModel
     from srifty.configspec import parse_config
     from srifty.features import READY_UNKNOWN_NOTE, FeatureBuilder, load_corpus
-    from srifty.model import LatencyModel, predict_table, table_for
+    from srifty.model import predict_table, table_for
 
-    cat = Catalog.default()
-    held = next(j for j in pollux_jobs if j.model == "deepspeech2")
-    train = [j for j in pollux_jobs if j is not held]
-    comm = CommModel(max_rows=150).fit(train, cat)
-    tr = table_for(train, cat, comm.link_scale_)
-    lm = LatencyModel(max_iter=60).fit(tr.X, tr.y_ms, groups=tr.model)
+    held, cat, comm, _, lm = _fit_without(pollux_jobs, "deepspeech2")
     view = held.restricted(lambda r: r.world_size == 1)
     # the same profile, as if it had recorded its buckets' ready times (the simulator's own)
     recorded = dataclasses.replace(view, ready_fractions=[1 / 3, 2 / 3, 1.0])
