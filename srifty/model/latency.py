@@ -204,9 +204,9 @@ class LatencyModel:
             with np.errstate(all="ignore"):
                 fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
             n = int(m.sum())
-            held_out, shrink, held_by = (None, 1.0, "models")
+            held_out, shrink, held_by = None, 1.0, "models"
             if groups is not None:
-                held_by, by = "models", np.asarray(groups, dtype=object)[m]
+                by = np.asarray(groups, dtype=object)[m]
                 if len(set(by)) < 2:
                     # one model: nothing measures how far another misses, but how far the fit
                     # misses a cluster size it did not see is measured by holding each out
