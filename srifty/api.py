@@ -361,7 +361,9 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
         say("allreduce: nccl-tests rows against the communication model")
         cat = Catalog.default()
-        scale = CommModel(max_rows=200 if quick else 300).fit(real_jobs, cat).link_scale_
+        comm = CommModel(max_rows=200 if quick else 300)
+        comm.fit_with_overlap(real_jobs, cat)
+        scale = comm.link_scale_
         checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
     transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs
     h200, cpu = m.ROOT / "profiles" / "h200", m.ROOT / "profiles" / "cpu"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.errors import SriftyError
 from srifty.features import (INTER_LATENCY_US, TBF_GOODPUT, AllreduceRow, CollectivePoint, FeatureBuilder,
-                             JobProfile, LinkScale, Run, hardware_of, run_config)
+                             JobProfile, LinkScale, Run, hardware_of, run_config, with_fitted_overlap)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -309,6 +309,18 @@ class CommModel:
                                      tcp_links=tuple(sorted(links.items())))
         self.n_rows_ = len(pairs)
         return self
+
+    def fit_with_overlap(self, jobs: Sequence[JobProfile], catalog: "Catalog", collectives: Sequence[CollectivePoint] = (),
+                         allreduce: Sequence[AllreduceRow] = ()) -> list[JobProfile]:
+        """:meth:`fit`, then each imported trace's overlap window read off its sync times with those
+        links (:func:`srifty.features.overlap.with_fitted_overlap`), and :meth:`fit` again on the
+        jobs so read where any changed: a trace whose allreduce backward does not hide would
+        otherwise make every link look slower. Returns the jobs as the links were fitted on them."""
+        self.fit(jobs, catalog, collectives, allreduce)
+        read = [with_fitted_overlap(j, catalog, self.link_scale_) for j in jobs]
+        if any(r is not j for r, j in zip(read, jobs)):
+            self.fit(read, catalog, collectives, allreduce)
+        return read
 
     def _fit_tcp_links(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",
                        scale: LinkScale) -> tuple[tuple[str, float], ...]:

@@ -10,7 +10,9 @@ links (``measured``).
 Compute on an instance type comes from single-worker runs on it (interpolated over batch sizes,
 bounded beyond them). On a GPU type never profiled it comes from the operator count of a CPU
 profile (srifty.opmodel), or is transferred from a profiled GPU type by the ratio of GPU speeds,
-or from an emulated type by measured CPU factors, and the row is marked ``transferred``.
+or from an emulated type by measured CPU factors, and the row is marked ``transferred``. An
+imported trace that does not record when its gradients become ready gets the overlap its sync
+times show (``overlap``).
 """
 
 from srifty.features.builder import (FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE, READY_UNKNOWN_NOTE,
@@ -24,6 +26,7 @@ from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve
 from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL_AWS_FLOWS, PLACEMENT_GROUP_FLOW_GBPS,
                                    PRIOR_NETWORK_SPREAD, TBF_GOODPUT, LinkScale, mixed_ring_slowest_hosts)
 from srifty.features.measured import AllreduceRow, CollectivePoint, load_allreduce_rows, load_collectives
+from srifty.features.overlap import OVERLAP_WINDOWS, OverlapFit, fit_overlap, with_fitted_overlap
 
 __all__ = [
     "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES",
@@ -35,5 +38,5 @@ __all__ = [
     "JobProfile", "Run", "job_from_profiles", "load_corpus", "load_job", "run_config", "FLOW_GBPS",
     "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",
     "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "AllreduceRow", "CollectivePoint",
-    "load_allreduce_rows", "load_collectives",
+    "load_allreduce_rows", "load_collectives", "OVERLAP_WINDOWS", "OverlapFit", "fit_overlap", "with_fitted_overlap",
 ]

@@ -47,6 +47,17 @@ READY_UNKNOWN_NOTE = (
     "step with none of it hidden; `srifty profile` of the training script records it")
 
 
+def overlap_fitted_note(job: "JobProfile") -> str:
+    """The note of a job whose overlap window was read off its sync times (srifty.features.overlap)."""
+    fit = job.overlap_fit
+    assert fit is not None
+    return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
+            f"measured sync times show that backward hides little of its allreduce: the prediction lets the buckets "
+            f"become ready in the last {fit.window:.0%} of its compute (fitted on {fit.runs} runs' sync times, which "
+            f"DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), and the interval reaches the step "
+            "with none of it hidden; `srifty profile` of the training script records it")
+
+
 def gradient_estimated_note(grad_bytes: float) -> str:
     """Said of a multi-worker estimate for a job whose gradient size srifty inferred from its
     single-node sync times (FeatureBuilder._resolve_grad_bytes) instead of reading it."""
@@ -398,8 +409,9 @@ class FeatureBuilder:
                 # weight gradients, say, are all ready when its backward ends): the step alone, then
                 # every bucket's allreduce in turn
                 step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
-                if READY_UNKNOWN_NOTE not in notes:
-                    notes.append(READY_UNKNOWN_NOTE)
+                note = READY_UNKNOWN_NOTE if self.job.overlap_fit is None else overlap_fitted_note(self.job)
+                if note not in notes:
+                    notes.append(note)
             prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
             if len(wpn_all) > 1 and prior:
                 # a network nobody measured may be PRIOR_NETWORK_SPREAD times slower or faster than

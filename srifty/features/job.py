@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from srifty.configspec import ClusterConfig, from_placement
 from srifty.errors import SriftyError
 from srifty.opmodel import OperatorCounts, StepTerms, step_terms
+
+if TYPE_CHECKING:
+    from srifty.features.overlap import OverlapFit
 
 LOOSE_PROFILE_CI = 0.05  # a profile whose median step time is known to worse than ±5% (95% CI) is flagged
 BYTES_PER_PARAM = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "amp": 4}
@@ -141,6 +144,8 @@ class JobProfile:
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's time loading a batch, per sample, where operators were counted
+    # backward_fraction read off the runs' sync times (srifty.features.overlap), when it was
+    overlap_fit: "OverlapFit | None" = field(default=None, compare=False)
 
     def operator_terms(self, batch: float, peak_tflops: float, mem_gbytes_per_s: float) -> StepTerms:
         """The operator model's terms of this job's step at ``batch`` on a GPU of ``peak_tflops`` (for

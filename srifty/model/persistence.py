@@ -88,15 +88,15 @@ def read_card(model_path: str | Path) -> dict[str, Any] | None:
 # re-fitted and the golden predictions written again (`make model`). A saved or cached model
 # whose card names another revision is stale. Edits that move no prediction (a comment, a
 # rename) change nothing.
-MODEL_REVISION = 7
+MODEL_REVISION = 8
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
 MODEL_CODE = tuple(SRIFTY_DIR / f
                    for f in ("features/builder.py", "features/hardware.py", "features/job.py", "features/links.py",
-                             "features/measured.py", "simulate.py", "model/__init__.py", "model/corpus.py",
-                             "model/latency.py", "model/persistence.py", "model/predictor.py", "model/table.py",
-                             "opmodel.py", "data/gpu_step_model.json", "data/gpu_specs.csv",
+                             "features/measured.py", "features/overlap.py", "simulate.py", "model/__init__.py",
+                             "model/corpus.py", "model/latency.py", "model/persistence.py", "model/predictor.py",
+                             "model/table.py", "opmodel.py", "data/gpu_step_model.json", "data/gpu_specs.csv",
                              "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))
 
 

@@ -21,7 +21,7 @@ from srifty import __version__
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
-                             RowEstimate)
+                             RowEstimate, with_fitted_overlap)
 from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError
 from srifty.model.table import table_for
 
@@ -91,7 +91,8 @@ class Predictor:
                              "Give profile files or directories (e.g. profiles/pollux), or import a trace first.")
         if allreduce is None:
             allreduce = measured_allreduce()[0]
-        comm = CommModel(max_rows=250 if quick else 600).fit(jobs, catalog, collectives, allreduce)
+        comm = CommModel(max_rows=250 if quick else 600)
+        jobs = comm.fit_with_overlap(jobs, catalog, collectives, allreduce)
         table = table_for(jobs, catalog, comm.link_scale_)
         latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms, groups=table.model)
         meta = {
@@ -109,13 +110,17 @@ class Predictor:
             "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
             "sweep_points": comm.n_sweep_points_, "allreduce_rows": comm.n_allreduce_rows_,
             "allreduce_sha256": allreduce_hash(allreduce),
+            # imported traces whose overlap window was read off their sync times (features.overlap)
+            "overlap_windows": {j.model: j.backward_fraction for j in jobs if j.overlap_fit is not None},
             "link_scale": asdict(comm.link_scale_), "code_version": __version__, "libraries": library_versions(),
             "cv": cv_score or {},
         }
         return cls(latency, comm.link_scale_, meta)
 
     def builder(self, job: JobProfile, catalog: "Catalog") -> FeatureBuilder:
-        return FeatureBuilder(job, catalog, self.link_scale)
+        """The features of ``job``'s rows with the fitted links; an imported trace that does not
+        record when its gradients become ready gets the overlap its sync times show."""
+        return FeatureBuilder(with_fitted_overlap(job, catalog, self.link_scale), catalog, self.link_scale)
 
     def in_placement_group(self, on: bool = True) -> "Predictor":
         """This predictor for nodes in a cluster placement group (LinkScale.placement_group: each

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty.comm import CommModel
-from srifty.features import AllreduceRow, CollectivePoint, JobProfile, Run, run_config
+from srifty.features import AllreduceRow, CollectivePoint, JobProfile, Run, run_config, with_fitted_overlap
 from srifty.gpuspeed import read_lambda_single_gpu
 from srifty.model import MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, LatencyModel, table_for
 from srifty.validate.results import REGIMES, SplitResult, ValidationReport, replicate_floor
@@ -111,7 +111,10 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     fit_jobs = [train_views.get(j.model, j) for j in train_jobs]
     comm = CommModel(max_rows=200 if quick else 300,
                      inter_grid=(0.01, 0.03, 0.1, 0.18, 0.32, 0.56, 1.0),
-                     intra_grid=(0.05, 0.2, 0.5, 1.0)).fit(fit_jobs, catalog, collectives, allreduce)
+                     intra_grid=(0.05, 0.2, 0.5, 1.0))
+    fit_jobs = comm.fit_with_overlap(fit_jobs, catalog, collectives, allreduce)
+    # a held-out job's overlap is read off what the fold lets it see, as Predictor.builder does
+    views = {m: with_fitted_overlap(v, catalog, comm.link_scale_) for m, v in views.items()}
     tr = table_for(fit_jobs, catalog, comm.link_scale_)
     te = table_for(test_jobs, catalog, comm.link_scale_, keep=test_keep, views=views)
     if len(te.y_ms) == 0 or len(tr.y_ms) < 3:

@@ -1,0 +1,106 @@
+"""When an imported trace's gradients become ready, read off its measured sync times.
+
+A profile srifty recorded carries DDP's buckets and the time each became ready during backward.
+An imported trace (Pollux, a user's CSV) states step times and, per multi-worker run, the time
+the step spent synchronising gradients beyond its compute (``sync_ms``: the exposed
+communication). The simulator then lets the buckets become ready evenly over backward
+(``simulate.DEFAULT_BACKWARD_FRACTION`` of the compute), and backward hides most of a large
+allreduce. A model whose weight gradients all arrive late (a recurrent layer's come when its
+backward ends; an embedding's are the last layer backward reaches) hides little, and its
+measured sync times say so: they stay near the whole allreduce while the default hides it.
+
+:func:`fit_overlap` simulates the job's multi-worker runs with sync times at each window of
+:data:`OVERLAP_WINDOWS` (the share of the compute at whose end the buckets become ready, evenly
+over it) and keeps the one whose exposed communication is closest to the measured sync times
+(median absolute log error, with 1 ms added to both so that a fully hidden allreduce counts;
+a window within 1% of the default's error leaves the default).
+:func:`with_fitted_overlap` applies it only where the default cannot explain the measurements:
+when the default's median miss is beyond a factor of ``PRIOR_NETWORK_SPREAD`` (2), the spread
+srifty already allows a network nobody measured. A miss within that factor could be the link's
+speed, which the network fit owns; beyond it no plausible link makes the default's hidden
+allreduce visible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from srifty import simulate
+from srifty.features.builder import FeatureBuilder
+from srifty.features.job import JobProfile, Run, run_config
+from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
+
+if TYPE_CHECKING:
+    from srifty.catalog import Catalog
+
+OVERLAP_WINDOWS = (0.05, 0.1, 0.2, 0.33, 0.5, simulate.DEFAULT_BACKWARD_FRACTION, 0.85, 1.0)
+MAX_OVERLAP_RUNS = 150  # runs simulated per window (a seeded sample beyond it)
+SYNC_FLOOR_MS = 1.0  # added to the simulated and the measured exposed time before their ratio
+TIE = 0.01  # a window must miss by this share less than the default to be preferred to it
+
+
+@dataclass(frozen=True)
+class OverlapFit:
+    """The overlap window that best explains a job's measured sync times."""
+
+    window: float
+    error: float  # median |log((simulated exposed + 1 ms) / (measured sync + 1 ms))| at ``window``
+    default_error: float  # the same at simulate.DEFAULT_BACKWARD_FRACTION
+    runs: int  # multi-worker runs with sync times simulated
+
+    @property
+    def applies(self) -> bool:
+        """Whether the default window misses the measured sync times beyond what the link's
+        speed could explain (a factor of PRIOR_NETWORK_SPREAD)."""
+        return self.default_error > math.log(PRIOR_NETWORK_SPREAD) and self.window != simulate.DEFAULT_BACKWARD_FRACTION
+
+
+def _sync_runs(job: JobProfile) -> list[Run]:
+    runs = [r for r in job.runs if r.world_size > 1 and r.sync_ms is not None and r.step_ms > 0]
+    if len(runs) > MAX_OVERLAP_RUNS:
+        import numpy as np
+
+        keep = sorted(np.random.default_rng(0).choice(len(runs), MAX_OVERLAP_RUNS, replace=False))
+        runs = [runs[i] for i in keep]
+    return runs
+
+
+def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> OverlapFit | None:
+    """The window of :data:`OVERLAP_WINDOWS` whose simulated exposed communication best matches
+    ``job``'s measured sync times. None when the job records its ready times or states its
+    backward share, when its gradient size is unknown, or when no multi-worker run has a sync time."""
+    import numpy as np
+
+    if job.ready_fractions is not None or job.backward_fraction is not None:
+        return None
+    if not (job.grad_bytes or job.param_count):
+        return None
+    runs = _sync_runs(job)
+    if not runs:
+        return None
+
+    def error(window: float) -> float:
+        builder = FeatureBuilder(replace(job, backward_fraction=window), catalog, link_scale)
+        logs = []
+        for r in runs:
+            est = builder.estimate(run_config(r), r.local_batch_size)
+            exposed = max(est.sim_ms - est.compute_ms, 0.0)
+            logs.append(math.log((exposed + SYNC_FLOOR_MS) / (float(r.sync_ms) + SYNC_FLOOR_MS)))
+        return float(np.median(np.abs(logs)))
+
+    errors = {w: error(w) for w in OVERLAP_WINDOWS}
+    default = errors[simulate.DEFAULT_BACKWARD_FRACTION]
+    better = [w for w in OVERLAP_WINDOWS if errors[w] < default * (1.0 - TIE)]
+    best = min(better, key=lambda w: errors[w]) if better else simulate.DEFAULT_BACKWARD_FRACTION
+    return OverlapFit(best, errors[best], default, len(runs))
+
+
+def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:
+    """``job`` with the overlap window its sync times show (:func:`fit_overlap`) where the default
+    cannot explain them (:attr:`OverlapFit.applies`); otherwise ``job`` itself."""
+    fit = fit_overlap(job, catalog, link_scale)
+    if fit is None or not fit.applies:
+        return job
+    return replace(job, backward_fraction=fit.window, overlap_fit=fit)
