@@ -76,7 +76,8 @@ def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
         click.echo(f"warning: {regime} runs: {UNCALIBRATED_NOTE}.", err=True)
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
                            "instance_types": meta["instance_types"], "link_scale": meta["link_scale"],
-                           "data_sha256": meta["data_sha256"]}, indent=1))
+                           "overlap_windows": meta.get("overlap_windows", {}), "data_sha256": meta["data_sha256"]},
+                          indent=1))
 
 
 def _read_configs_csv(path: str) -> list[tuple[str, int | None, int]]:
