@@ -239,6 +239,8 @@ def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
         }
         if not gradient_size_known(rows, param_count, grad_bytes):
             doc["warnings"].append(unknown_gradient_note(model, itype))
+        elif any(r.world_size > 1 for r in rows) and all(r.sync_time_s is None for r in rows if r.world_size > 1):
+            doc["warnings"].append(no_sync_note(model, itype))
         out[(model, itype)] = doc
     return out
 
@@ -255,6 +257,13 @@ def unknown_gradient_note(model: str, itype: str) -> str:
             "sync_time_s to infer them from, so srifty cannot simulate its communication: predictions for several "
             "workers are its compute alone with an interval as wide as the training corpus's slowdowns. Add a "
             "param_count column value for this model to get real estimates.")
+
+
+def no_sync_note(model: str, itype: str) -> str:
+    return (f"{model} on {itype}: its rows with several workers have no sync_time_s, so srifty cannot tell how much of "
+            "the allreduce backward hides: predictions let it hide as DDP's buckets usually allow, and their interval "
+            "reaches none of it hidden. Add each run's sync_time_s (the step's wait on the allreduce beyond its "
+            "compute) and srifty reads the overlap off them (docs/latency-model.md, section 4).")
 
 
 @dataclass
@@ -328,6 +337,5 @@ def import_trace(path: str | Path, out_dir: str | Path, skip_bad: bool = False, 
             merged.append(str(target))
         profile_mod.save(doc, target)
         written.append(str(target))
-        if unknown_gradient_note(model, itype) in doc["warnings"]:
-            notes.append(unknown_gradient_note(model, itype))
+        notes += [n for n in (unknown_gradient_note(model, itype), no_sync_note(model, itype)) if n in doc["warnings"]]
     return ImportResult(written, len(trace.rows), trace.bad_rows, notes, merged)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from srifty import profile as profile_mod
 from srifty.features import load_job
-from srifty.importer import TraceError, import_trace, read_trace
+from srifty.importer import TraceError, import_trace, no_sync_note, read_trace
 
 from conftest import ROOT, run_srifty
 
@@ -79,6 +80,43 @@ def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) 
     assert res.returncode == 0, res.stderr
     assert any(n.startswith("gradient size estimated from the profile's single-node sync times")
                for n in json.loads(res.stdout)["notes"])
+
+
+def test_a_trace_s_sync_times_set_its_overlap_and_their_absence_is_flagged(tmp_path: Path) -> None:
+    """deepspeech2's single-node rows, imported as a user would: the shipped model reads its
+    overlap off their sync times. The same rows without sync_time_s say at import that the
+    overlap cannot be read, and predict with the default."""
+    import csv
+
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import OverlapFit
+    from srifty.features.builder import READY_UNKNOWN_NOTE
+
+    with open(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["model"] == "deepspeech2" and "+" not in r["placement"]]
+    fields = list(rows[0])
+    for name, keep_sync in (("with", True), ("without", False)):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(r if keep_sync else {**r, "sync_time_s": ""} for r in rows)
+    with_sync = import_trace(tmp_path / "with.csv", tmp_path / "with")
+    without = import_trace(tmp_path / "without.csv", tmp_path / "without")
+    assert with_sync.notes == [] and without.notes == [no_sync_note("deepspeech2", "g4dn.12xlarge")]
+    cat = Catalog.default()
+    pred = m.load(m.shipped_model())
+    config = parse_config("2xg4dn.12xlarge").resolved(cat)
+    read = pred.builder(load_job(tmp_path / "with/deepspeech2"), cat)
+    plain = pred.builder(load_job(tmp_path / "without/deepspeech2"), cat)
+    assert isinstance(read.job.overlap_fit, OverlapFit) and plain.job.overlap_fit is None
+    assert READY_UNKNOWN_NOTE in plain.estimate(config, 20).notes
+    assert READY_UNKNOWN_NOTE not in read.estimate(config, 20).notes
+    # backward hides less of the allreduce: the step is longer, by at most the whole allreduce
+    est_read, est_plain = read.estimate(config, 20), plain.estimate(config, 20)
+    extra = est_read.sim_ms - est_plain.sim_ms
+    assert 0 < extra <= math.expm1(est_plain.features["log_allreduce_ms"])
 
 
 def test_bad_rows_listed_with_line_numbers(tmp_path: Path) -> None:

@@ -32,7 +32,9 @@ sync_time_s, param_count, grad_bytes, precision. placement = workers per node jo
 '+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json; a profile imported there
 before keeps its runs and gains the new ones (--replace starts afresh). Give param_count (or
 grad_bytes): without it, or a one-node multi-worker row with sync_time_s, communication
-cannot be simulated and multi-worker predictions get a wide interval and a warning.
+cannot be simulated and multi-worker predictions get a wide interval and a warning. Give
+sync_time_s (the step's wait on the allreduce beyond its compute) on multi-worker rows:
+srifty reads off them how much of the allreduce backward hides.
 """)
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the profiles.")
