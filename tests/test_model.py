@@ -808,6 +808,39 @@ def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_ru
                                                                    "node, 0 across nodes)",)
 
 
+def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(pollux_jobs: list[Any],
+                                                                                 model_file: Path) -> None:
+    """deepspeech2's window was read in training, so the real regime also keeps the held-out error
+    of the same runs with it at the default, and a row whose overlap was neither recorded nor read
+    takes that bound; a row whose window was read keeps the other."""
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+
+    pred = m.load(model_file)
+    part = pred.latency.parts_["real"]
+    assert part.held_out_error is not None and part.held_out_error_unread is not None
+    assert part.held_out_error_unread != part.held_out_error
+    cat = Catalog.default()
+    ds2 = next(j for j in pollux_jobs if j.model == "deepspeech2")
+    rows = [(parse_config(c).resolved(cat), 20) for c in ("2xg4dn.12xlarge", "4xg4dn.12xlarge:2", "8xg4dn.12xlarge")]
+    read = pred.builder(ds2.restricted(lambda r: r.nodes == 1), cat).frame(rows)  # its sync times read
+    unread = pred.builder(ds2.restricted(lambda r: r.world_size == 1), cat).frame(rows)  # none to read
+    assert (read["overlap_unknown"] == 0).all() and (unread["overlap_unknown"] == 1).all()
+    centre = np.log(pred.latency.predict(unread) / unread["sim_ms"].to_numpy())
+    sim = unread["sim_ms"].to_numpy()
+    as_read = np.log(np.array(pred.latency.predict_interval(unread.assign(overlap_unknown=0.0))) / sim)
+    as_unread = np.log(np.array(pred.latency.predict_interval(unread)) / sim)
+    # the bound each takes, where it is the widest term (the interval's quadrature only widens it)
+    for side, sign in ((0, -1), (1, 1)):
+        wider = sign * (part.held_out_error_unread[side] - part.held_out_error[side]) > 0
+        assert np.all(sign * (as_unread[side] - as_read[side]) >= -1e-12 if wider else
+                      sign * (as_unread[side] - as_read[side]) <= 1e-12)
+    assert not np.allclose(as_unread, as_read)
+    assert np.all(as_unread[0] <= centre + part.held_out_error_unread[0] + 1e-12)
+    assert np.all(as_unread[1] >= centre + part.held_out_error_unread[1] - 1e-12)
+
+
 def test_validate_holdout_reads_a_trace_and_prints_its_tables(model_file: Path, tmp_path: Path) -> None:
     import csv
 
@@ -1018,6 +1051,8 @@ def test_model_file_round_trip_and_refuses_what_is_not_arrays(model_file: Path, 
     assert pred.predict(job, cat, rows)[0].interval_ms == pytest.approx(again.predict(job, cat, rows)[0].interval_ms)
     assert pred.latency.parts_["real"].held_out_error == pytest.approx(again.latency.parts_["real"].held_out_error)
     assert pred.latency.parts_["real"].held_out_error is not None  # the Pollux models are groups
+    assert pred.latency.parts_["real"].held_out_error_unread == pytest.approx(
+        again.latency.parts_["real"].held_out_error_unread)
     assert pred.latency.parts_["real"].multi_worker_slowdown == pytest.approx(
         again.latency.parts_["real"].multi_worker_slowdown)
     assert pred.latency.parts_["real"].multi_worker_slowdown is not None

@@ -102,6 +102,9 @@ class RowEstimate:
     # bounds times the spread of a network nobody measured and the reach of an unrecorded gradient
     # timeline (the feature table's batch_low/batch_high)
     step_bounds: tuple[float, float] = (1.0, 1.0)
+    # several workers of a job that neither records when its gradients become ready nor had that
+    # read off its sync times (srifty.features.overlap): the feature table's overlap_unknown
+    overlap_unknown: bool = False
 
 
 class FeatureBuilder:
@@ -403,6 +406,7 @@ class FeatureBuilder:
 
             sim = simulated(inter)
             step_low, step_high = batch_low, batch_high
+            overlap_unknown = self.job.ready_fractions is None and self.job.overlap_fit is None and sum(wpn_all) > 1
             if self.job.ready_fractions is None and sum(wpn_all) > 1:
                 # when the gradients become ready is not recorded (an imported trace): backward may
                 # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
@@ -433,7 +437,7 @@ class FeatureBuilder:
                 notes.append(gradient_estimated_note(gb))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
-            step_low, step_high = batch_low, batch_high
+            step_low, step_high, overlap_unknown = batch_low, batch_high, False
             if sum(wpn_all) > 1:
                 notes.append(GRADIENT_UNKNOWN_NOTE)
         slow = min(hws, key=lambda h: h.speed_for(self.job.precision) or float("inf"))
@@ -467,7 +471,7 @@ class FeatureBuilder:
             notes.extend(n for n in h.notes if n not in notes)
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
                            (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups),
-                           (step_low, step_high))
+                           (step_low, step_high), overlap_unknown)
 
     def worker(self, instance_type: str, batch: float) -> tuple[float, bool, str | None, float,
                                                                 tuple[float, float], str | None]:
@@ -500,8 +504,10 @@ class FeatureBuilder:
 
         out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
                 "batch_low": est.step_bounds[0], "batch_high": est.step_bounds[1],
-                "by_operators": float(est.by_operators)} for est in estimates]
-        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators"])
+                "by_operators": float(est.by_operators), "overlap_unknown": float(est.overlap_unknown)}
+               for est in estimates]
+        return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators",
+                                                     "overlap_unknown"])
 
 
 def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:

@@ -25,7 +25,7 @@ from srifty.model.persistence import (MODEL_CODE, MODEL_REVISION, SHIPPED_MODEL,
 from srifty.model.predictor import (COMPUTE_SOURCES, NETWORK_SOURCES, Prediction, PredictionTable, Predictor,
                                     allreduce_hash, corpus_hash, fitted_link_types, library_versions, network_source,
                                     predict_table)
-from srifty.model.table import Table, table_for
+from srifty.model.table import Table, table_for, unread_overlap_table
 
 __all__ = [
     "FEATURES", "REGIME_FEATURES", "RESIDUAL_FEATURES",
@@ -38,5 +38,5 @@ __all__ = [
     "shipped_model",
     "COMPUTE_SOURCES", "NETWORK_SOURCES", "Prediction", "PredictionTable", "Predictor", "allreduce_hash",
     "corpus_hash", "fitted_link_types", "library_versions", "network_source", "predict_table",
-    "Table", "table_for",
+    "Table", "table_for", "unread_overlap_table",
 ]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from srifty.gpuspeed import TransferError
+    from srifty.model.table import Table
 
 TREND_ALPHA = 1.0  # HuberRegressor's L2 penalty on the log(nodes) slope of the residual
 EXTRAPOLATION_WIDEN = 2.0  # interval half-width (in log space) multiplier outside the training range
@@ -71,6 +72,9 @@ class ResidualPart:
     # "node counts" (each node count of it predicted from the others: an error across cluster
     # sizes, not across models)
     held_out_groups: str = "models"
+    # ``held_out_error`` measured on the rows as a job whose overlap nobody read would see them
+    # (srifty.model.unread_overlap_table), for rows whose overlap is unknown; None: the same
+    held_out_error_unread: tuple[float, float] | None = None
 
 
 class LatencyModel:
@@ -169,12 +173,17 @@ class LatencyModel:
         if not hasattr(self, "parts_"):
             raise ModelError("This LatencyModel is not fitted yet.", "Call fit(X, y) first (or `srifty fit`).")
 
-    def fit(self, X: "pd.DataFrame", y: Sequence[float], groups: Sequence[str] | None = None) -> "LatencyModel":
+    def fit(self, X: "pd.DataFrame", y: Sequence[float], groups: Sequence[str] | None = None,
+            unread: "Table | None" = None) -> "LatencyModel":
         """``groups``: the model (job) of each row. When given, each regime's interval is also
         calibrated on held-out groups: every group in turn is predicted by a centre model fitted
         on the others, and the 5%/95% quantiles of those errors bound the interval
         (:meth:`predict_interval`), because the quantile models, fitted on the training models'
-        own rows, are too narrow for a model never seen."""
+        own rows, are too narrow for a model never seen. ``unread``: the same runs with every
+        overlap read off sync times back at the default (srifty.model.unread_overlap_table); rows
+        whose overlap was neither recorded nor read (the table's ``overlap_unknown``) are
+        calibrated on it the same way, since a model nobody read misses as the training models
+        did unread."""
         import numpy as np
 
         A = self._check_X(X, fitting=True)
@@ -189,6 +198,10 @@ class LatencyModel:
             raise ModelError("y must hold positive, finite iteration times (ms).")
         r = np.log(y / np.asarray(X["sim_ms"], dtype=float))
         reg = self._regime(X)
+        if unread is not None and groups is not None:
+            X_unread, y_unread, groups_unread = unread.X, unread.y_ms, unread.model
+            r_unread = np.log(np.asarray(y_unread, dtype=float) / np.asarray(X_unread["sim_ms"], dtype=float))
+            reg_unread = self._regime(X_unread)
         self.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
         self.n_features_in_ = len(RESIDUAL_FEATURES)
         self.parts_: dict[str, ResidualPart | None] = {}
@@ -204,21 +217,24 @@ class LatencyModel:
             with np.errstate(all="ignore"):
                 fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
             n = int(m.sum())
-            held_out, shrink, held_by = None, 1.0, "models"
+            held_out, shrink, held_by, held_out_unread = None, 1.0, "models", None
             if groups is not None:
                 by = np.asarray(groups, dtype=object)[m]
                 if len(set(by)) < 2:
                     # one model: nothing measures how far another misses, but how far the fit
                     # misses a cluster size it did not see is measured by holding each out
                     held_by, by = "node counts", np.asarray(Ai[:, RESIDUAL_FEATURES.index("nodes")], dtype=object)
-                held_out, shrink = self._held_out(Ai, ri, by)
+                mu = reg_unread == i if unread is not None and held_by == "models" else None
+                held_out, shrink, held_out_unread = self._held_out(
+                    Ai, ri, by, None if mu is None else (self._A(X_unread, name, mu), r_unread[mu],
+                                                         np.asarray(groups_unread, dtype=object)[mu]))
             trend, rest = self._detrend(Ai, ri)
             # kept as arrays (srifty.trees): the estimators' own predictions, without scikit-learn
             centre, lower, upper = (TreeEnsemble.from_estimator(e.fit(Ai, rest)) for e in (
                 self._hgb(), self._hgb(loss="quantile", quantile=self.quantiles[0]),
                 self._hgb(loss="quantile", quantile=self.quantiles[1])))
             self.parts_[name] = ResidualPart(centre, lower, upper, fmin, fmax, n, held_out, self._slowdown(X, y, m),
-                                             shrink, trend, held_by)
+                                             shrink, trend, held_by, held_out_unread)
         self.n_rows_ = len(y)
         return self
 
@@ -239,35 +255,47 @@ class LatencyModel:
         r = np.log(y[multi] / compute[multi])
         return float(np.min(r)), float(np.max(r))
 
-    def _held_out(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray") -> tuple[tuple[float, float] | None, float]:
+    def _held_out(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray",
+                  unread: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
+                  ) -> tuple[tuple[float, float] | None, float, tuple[float, float] | None]:
         """Each group predicted by a centre model fitted on the others: the share of the residual
         to apply (SHRINK_GRID value with the least mean absolute error per group, groups weighted
         equally) and, with it, the lowest 5% and the highest 95% quantile of any one group's log
         errors. Each held-out model misses in its own direction, so quantiles pooled over the
         rows (the large models' rows, mostly) understate how far a new model can miss
-        (docs/latency-model.md, "Errors on models never seen"). ((None, 1.0) with fewer than 2
-        groups or too few rows outside one.)"""
+        (docs/latency-model.md, "Errors on models never seen"). ``unread``: (A, r, groups) of the
+        same runs as a model whose overlap nobody read would see them; each group's rows there are
+        predicted by the same centre model, and their quantiles come third (None without).
+        ((None, 1.0, None) with fewer than 2 groups or too few rows outside one.)"""
         import numpy as np
 
         names = sorted(set(groups))
         if len(names) < 2:
-            return None, 1.0
+            return None, 1.0, None
         pred = np.empty(len(r))
+        A_u, r_u, groups_u = unread if unread is not None else (A[:0], r[:0], groups[:0])
+        pred_u = np.zeros(len(r_u))
         for g in names:
-            test = groups == g
+            test, test_u = groups == g, groups_u == g
             if (~test).sum() < MIN_RESIDUAL_ROWS:
-                return None, 1.0
+                return None, 1.0, None
             trend, rest = self._detrend(A[~test], r[~test])
-            pred[test] = self._trend(A[test], trend) + self._hgb().fit(A[~test], rest).predict(A[test])
+            centre = self._hgb().fit(A[~test], rest)
+            pred[test] = self._trend(A[test], trend) + centre.predict(A[test])
+            if test_u.any():
+                pred_u[test_u] = self._trend(A_u[test_u], trend) + centre.predict(A_u[test_u])
 
         def error(k: float) -> float:
             return float(np.mean([np.mean(np.abs(np.expm1(r[groups == g] - k * pred[groups == g]))) for g in names]))
 
+        def bounds(err: "np.ndarray", by: "np.ndarray") -> tuple[float, float]:
+            present = [g for g in names if (by == g).any()]
+            return (min(float(np.quantile(err[by == g], self.quantiles[0])) for g in present),
+                    max(float(np.quantile(err[by == g], self.quantiles[1])) for g in present))
+
         shrink = min(SHRINK_GRID, key=error)
-        err = r - shrink * pred
-        low = min(float(np.quantile(err[groups == g], self.quantiles[0])) for g in names)
-        high = max(float(np.quantile(err[groups == g], self.quantiles[1])) for g in names)
-        return (low, high), shrink
+        return (bounds(r - shrink * pred, groups), shrink,
+                bounds(r_u - shrink * pred_u, groups_u) if unread is not None and len(r_u) else None)
 
     def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
         """(regime, row mask, its part) for the regimes present in X."""
@@ -354,8 +382,13 @@ class LatencyModel:
                 lo[m] = np.minimum(trend + part.lower.predict(Am), center[m])
                 hi[m] = np.maximum(trend + part.upper.predict(Am), center[m])
                 if part.held_out_error is not None:  # no narrower than the error on unseen models
-                    lo[m] = np.minimum(lo[m], center[m] + part.held_out_error[0])
-                    hi[m] = np.maximum(hi[m], center[m] + part.held_out_error[1])
+                    err = np.tile(part.held_out_error, (len(X), 1))
+                    if part.held_out_error_unread is not None and "overlap_unknown" in X.columns:
+                        # a job whose overlap nobody read: as the training models missed unread
+                        unread = np.asarray(X["overlap_unknown"], dtype=float) > 0
+                        err[unread] = part.held_out_error_unread
+                    lo[m] = np.minimum(lo[m], center[m] + err[m, 0])
+                    hi[m] = np.maximum(hi[m], center[m] + err[m, 1])
                 blind = m & self.communication_unknown(X)
                 if part.multi_worker_slowdown is not None and blind.any():
                     # no gradient size, so sim_ms is the compute alone: anywhere from there to

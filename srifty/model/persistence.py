@@ -45,7 +45,8 @@ def save(predictor: Predictor, path: str | Path) -> None:
             "multi_worker_slowdown": {k: v.multi_worker_slowdown for k, v in lm.parts_.items() if v is not None},
             "shrink": {k: v.shrink for k, v in lm.parts_.items() if v is not None},
             "trend": {k: v.trend for k, v in lm.parts_.items() if v is not None},
-            "held_out_groups": {k: v.held_out_groups for k, v in lm.parts_.items() if v is not None}}
+            "held_out_groups": {k: v.held_out_groups for k, v in lm.parts_.items() if v is not None},
+            "held_out_error_unread": {k: v.held_out_error_unread for k, v in lm.parts_.items() if v is not None}}
     arrays: dict[str, Any] = {"format": np.array(MODEL_FORMAT), "version": np.array(FORMAT_VERSION),
                               "meta_json": np.array(json.dumps(meta))}
     for name, part in lm.parts_.items():
@@ -88,7 +89,7 @@ def read_card(model_path: str | Path) -> dict[str, Any] | None:
 # re-fitted and the golden predictions written again (`make model`). A saved or cached model
 # whose card names another revision is stale. Edits that move no prediction (a comment, a
 # rename) change nothing.
-MODEL_REVISION = 8
+MODEL_REVISION = 9
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
@@ -148,6 +149,7 @@ def load(path: str | Path) -> Predictor:
         shrink = meta.pop("shrink", {})
         trend = meta.pop("trend", {})
         held_by = meta.pop("held_out_groups", {})
+        unread = meta.pop("held_out_error_unread", {})
         for name, n_rows in meta.pop("regimes").items():
             err, slow = held_out.get(name), slowdown.get(name)
             lm.parts_[name] = None if n_rows is None else ResidualPart(
@@ -155,7 +157,8 @@ def load(path: str | Path) -> Predictor:
                 np.asarray(arrays[f"{name}_feature_min"], dtype=float),
                 np.asarray(arrays[f"{name}_feature_max"], dtype=float), int(n_rows),
                 tuple(err) if err else None, tuple(slow) if slow else None, float(shrink.get(name, 1.0)),
-                tuple(trend.get(name, (0.0, 0.0))), str(held_by.get(name, "models")))
+                tuple(trend.get(name, (0.0, 0.0))), str(held_by.get(name, "models")),
+                tuple(unread[name]) if unread.get(name) else None)
         lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
         lm.n_features_in_ = len(RESIDUAL_FEATURES)
         lm.n_rows_ = meta.pop("n_rows")

@@ -23,7 +23,7 @@ from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
                              RowEstimate, with_fitted_overlap)
 from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError
-from srifty.model.table import table_for
+from srifty.model.table import table_for, unread_overlap_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -94,7 +94,8 @@ class Predictor:
         comm = CommModel(max_rows=250 if quick else 600)
         jobs = comm.fit_with_overlap(jobs, catalog, collectives, allreduce)
         table = table_for(jobs, catalog, comm.link_scale_)
-        latency = LatencyModel(max_iter=120 if quick else 200).fit(table.X, table.y_ms, groups=table.model)
+        latency = LatencyModel(max_iter=120 if quick else 200).fit(
+            table.X, table.y_ms, groups=table.model, unread=unread_overlap_table(jobs, catalog, comm.link_scale_))
         meta = {
             "data_sha256": corpus_hash(jobs), "models": [j.model for j in jobs],
             "instance_types": sorted({t for j in jobs for t in j.instance_types}),

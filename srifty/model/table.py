@@ -7,7 +7,7 @@ features of :class:`srifty.features.FeatureBuilder` as the predictor would see t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.features import FEATURES, FeatureBuilder, JobProfile, LinkScale, Run, run_config
@@ -52,3 +52,15 @@ def table_for(jobs: Sequence[JobProfile], catalog: "Catalog", link_scale: LinkSc
     if not frames:
         return Table(pd.DataFrame(columns=FEATURES + ["sim_ms", "compute_ms"]), np.array([]), [], [])
     return Table(pd.concat(frames, ignore_index=True), np.array(ys, dtype=float), models, runs)
+
+
+def unread_overlap_table(jobs: Sequence[JobProfile], catalog: "Catalog", link_scale: LinkScale | None = None
+                         ) -> Table | None:
+    """The rows of :func:`table_for` as a model whose overlap nobody read would see them: each
+    imported trace whose overlap window was read off its sync times (srifty.features.overlap)
+    back at the default. The latency model calibrates the interval of such rows on it
+    (:meth:`srifty.model.LatencyModel.fit`); None when no job's window was read."""
+    if not any(j.overlap_fit is not None for j in jobs):
+        return None
+    return table_for([replace(j, backward_fraction=None, overlap_fit=None) if j.overlap_fit is not None else j
+                      for j in jobs], catalog, link_scale)

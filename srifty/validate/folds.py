@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from srifty.comm import CommModel
 from srifty.features import AllreduceRow, CollectivePoint, JobProfile, Run, run_config, with_fitted_overlap
 from srifty.gpuspeed import read_lambda_single_gpu
-from srifty.model import MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, LatencyModel, table_for
+from srifty.model import MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, LatencyModel, table_for, unread_overlap_table
 from srifty.validate.results import REGIMES, SplitResult, ValidationReport, replicate_floor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +120,8 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     if len(te.y_ms) == 0 or len(tr.y_ms) < 3:
         return None
     if len(tr.y_ms) >= MIN_RESIDUAL_ROWS:
-        lm = LatencyModel(max_iter=120 if quick else 200).fit(tr.X, tr.y_ms, groups=tr.model)
+        lm = LatencyModel(max_iter=120 if quick else 200).fit(
+            tr.X, tr.y_ms, groups=tr.model, unread=unread_overlap_table(fit_jobs, catalog, comm.link_scale_))
         model_pred = lm.predict(te.X)
         lo, hi = lm.predict_interval(te.X)
     else:  # too few training runs for a residual model: the calibrated simulator (as Predictor does)
