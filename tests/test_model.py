@@ -890,24 +890,27 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     assert any(line.startswith("warning: 2xg5.xlarge:1: the network") for line in one.stderr.splitlines())
 
 
-@pytest.mark.parametrize("profile, config, batch, compute, network", [
-    ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", "measured"),  # a run of the trace itself
-    ("pollux/imagenet", "2xg4dn.12xlarge", 48, "profiled-other-batch", "fitted-on-type"),
-    ("pollux/imagenet", "2xg5.xlarge", 32, "transferred", "prior"),  # TCP of a type no run has seen
-    ("pollux/imagenet", "1xg5.12xlarge", 32, "transferred", "prior"),  # its PCIe, likewise
-    ("local/cnn_resnet.json", "1xg5.xlarge", 32, "transferred", "none"),  # one worker: nothing to send
-    ("emulated/cnn_resnet", "2xemu.small+1xemu.net", 16, "profiled", "emulated-sweeps"),
+@pytest.mark.parametrize("profile, config, batch, compute, network, overlap", [
+    ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", "measured", "measured"),  # a run of the trace itself
+    ("pollux/imagenet", "2xg4dn.12xlarge", 48, "profiled-other-batch", "fitted-on-type", "default"),
+    ("pollux/imagenet", "2xg5.xlarge", 32, "transferred", "prior", "default"),  # TCP of a type no run has seen
+    ("pollux/imagenet", "1xg5.12xlarge", 32, "transferred", "prior", "default"),  # its PCIe, likewise
+    ("pollux/deepspeech2", "2xg4dn.12xlarge", 23, "profiled-other-batch", "fitted-on-type", "read-from-sync"),
+    ("local/cnn_resnet.json", "1xg5.xlarge", 32, "transferred", "none", "none"),  # one worker: nothing to send
+    ("emulated/cnn_resnet", "2xemu.small+1xemu.net", 16, "profiled", "emulated-sweeps", "recorded"),
 ])
 def test_predict_says_where_compute_and_communication_come_from(profile: str, config: str, batch: int, compute: str,
-                                                                 network: str) -> None:
+                                                                 network: str, overlap: str) -> None:
     from srifty import model as m
     from srifty.configspec import parse_config
     from srifty.oracle import load_inputs
 
     job, cat = load_inputs([str(ROOT / "profiles" / profile)], None, with_emulated=True)
     p = m.load(m.SHIPPED_MODEL).predict(job, cat, [(parse_config(config).resolved(cat), batch)])[0]
-    assert (p.parts["compute_source"], p.parts["network_source"]) == (compute, network)
+    assert (p.parts["compute_source"], p.parts["network_source"], p.parts["overlap_source"]) == (compute, network,
+                                                                                                 overlap)
     assert p.parts["compute_source"] in m.COMPUTE_SOURCES and p.parts["network_source"] in m.NETWORK_SOURCES
+    assert p.parts["overlap_source"] in m.OVERLAP_SOURCES
     assert p.parts["communication_ms"] == pytest.approx(max(p.iteration_ms - p.parts["compute_ms"], 0.0), abs=1e-3)
 
 

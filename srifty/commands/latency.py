@@ -131,7 +131,8 @@ row's `warnings`). With --json each row also has `parts`: the slowest worker's c
 (compute_ms) and the rest of the step (communication_ms), with where each came from:
 compute_source measured | profiled | profiled-other-batch | transferred; network_source none |
 unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's link figures with
-efficiencies fitted on other instance types).
+efficiencies fitted on other instance types); overlap_source (how much of it backward hides) none
+| measured | recorded | read-from-sync | default (DDP's usual overlap, neither recorded nor read).
 
 Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 """)

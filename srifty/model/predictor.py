@@ -173,6 +173,7 @@ class PredictionTable:
     out_of_range: list[list[str]]  # the features far outside the training data, per row
     compute_source: "np.ndarray"  # COMPUTE_SOURCES: where the row's compute comes from
     network_source: "np.ndarray"  # NETWORK_SOURCES: where its communication comes from
+    overlap_source: "np.ndarray"  # OVERLAP_SOURCES: how much of it backward hides
 
     def parts(self, i: int) -> dict[str, Any]:
         """Row ``i``'s step split into the slowest worker's compute alone and the rest (exposed
@@ -180,7 +181,7 @@ class PredictionTable:
         compute = float(self.features["compute_ms"].iloc[i])
         return {"compute_ms": round(compute, 4), "compute_source": str(self.compute_source[i]),
                 "communication_ms": round(max(float(self.iteration_ms[i]) - compute, 0.0), 4),
-                "network_source": str(self.network_source[i])}
+                "network_source": str(self.network_source[i]), "overlap_source": str(self.overlap_source[i])}
 
 
 # Where a prediction's compute comes from: the profile's own run of this configuration; the type's
@@ -192,6 +193,20 @@ COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred"
 # efficiencies fitted on runs or nccl-tests of these instance types; or a prior: the catalog's
 # link figures with efficiencies fitted on other types.
 NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-type", "prior")
+# How much of it backward hides: nothing to hide (one worker, or no gradient size); the profile's
+# own run; the bucket ready times the profile recorded; a window read off an imported trace's sync
+# times (srifty.features.overlap); or DDP's usual overlap, neither recorded nor read (the interval
+# then reaches none of it hidden).
+OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "default")
+
+
+def overlap_source(builder: FeatureBuilder, config: ClusterConfig) -> str:
+    """Where the overlap of ``config``'s allreduce with backward comes from (OVERLAP_SOURCES)."""
+    if config.world_size < 2 or not builder.grad_bytes:
+        return "none"
+    if builder.job.ready_fractions is not None:
+        return "recorded"
+    return "read-from-sync" if builder.job.overlap_fit is not None else "default"
 
 
 def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
@@ -254,11 +269,13 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
         "transferred" if e.transferred else "profiled" if e.batch_bounds == (1.0, 1.0) else "profiled-other-batch"
         for e in estimates], dtype=object)
     net_source = np.array([network_source(builder, config, fitted) for config, _ in rows], dtype=object)
+    hidden = np.array([overlap_source(builder, config) for config, _ in rows], dtype=object)
     for i, (config, b) in enumerate(rows):
         run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
         if run is not None:  # measured: the point, and the run's own CI
             ci = measured_ci[i] = builder.job.measured_rel_ci(run)
             it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
             compute_source[i] = "measured"
-            net_source[i] = "measured" if config.world_size > 1 else "none"
-    return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source)
+            net_source[i] = hidden[i] = "measured" if config.world_size > 1 else "none"
+    return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source,
+                           hidden)
