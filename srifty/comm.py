@@ -310,7 +310,8 @@ class CommModel:
         self.n_rows_ = len(pairs)
         return self
 
-    def fit_with_overlap(self, jobs: Sequence[JobProfile], catalog: "Catalog", collectives: Sequence[CollectivePoint] = (),
+    def fit_with_overlap(self, jobs: Sequence[JobProfile], catalog: "Catalog",
+                         collectives: Sequence[CollectivePoint] = (),
                          allreduce: Sequence[AllreduceRow] = ()) -> list[JobProfile]:
         """:meth:`fit`, then each imported trace's overlap window read off its sync times with those
         links (:func:`srifty.features.overlap.with_fitted_overlap`), and :meth:`fit` again on the
