@@ -406,8 +406,9 @@ class FeatureBuilder:
 
             sim = simulated(inter)
             step_low, step_high = batch_low, batch_high
-            overlap_unknown = self.job.ready_fractions is None and self.job.overlap_fit is None and sum(wpn_all) > 1
-            if self.job.ready_fractions is None and sum(wpn_all) > 1:
+            ready_unknown = self.job.ready_fractions is None and sum(wpn_all) > 1
+            overlap_unknown = ready_unknown and self.job.overlap_fit is None
+            if ready_unknown:
                 # when the gradients become ready is not recorded (an imported trace): backward may
                 # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
                 # weight gradients, say, are all ready when its backward ends): the step alone, then

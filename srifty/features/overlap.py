@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from srifty import simulate
 from srifty.features.builder import FeatureBuilder
@@ -68,14 +68,15 @@ def sync_runs(job: JobProfile) -> list[Run]:
     return runs
 
 
-def sync_error(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None, window: float) -> float:
-    """Median |log((simulated exposed + 1 ms) / (measured sync + 1 ms))| over ``job``'s
-    :func:`sync_runs`, its buckets ready evenly over the last ``window`` of the compute."""
+def sync_error(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None, window: float,
+               runs: Sequence[Run] | None = None) -> float:
+    """Median |log((simulated exposed + 1 ms) / (measured sync + 1 ms))| over ``runs`` (default:
+    ``job``'s :func:`sync_runs`), its buckets ready evenly over the last ``window`` of the compute."""
     import numpy as np
 
     builder = FeatureBuilder(replace(job, backward_fraction=window), catalog, link_scale)
     logs = []
-    for r in sync_runs(job):
+    for r in sync_runs(job) if runs is None else runs:
         est = builder.estimate(run_config(r), r.local_batch_size)
         exposed = max(est.sim_ms - est.compute_ms, 0.0)
         logs.append(math.log((exposed + SYNC_FLOOR_MS) / (float(r.sync_ms) + SYNC_FLOOR_MS)))
@@ -89,13 +90,14 @@ def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | Non
     backward share, when its gradient size is unknown, or when no multi-worker run has a sync time."""
     if job.ready_fractions is not None or job.backward_fraction is not None:
         return None
-    if not (job.grad_bytes or job.param_count) or not sync_runs(job):
+    runs = sync_runs(job)
+    if not (job.grad_bytes or job.param_count) or not runs:
         return None
     default_window = simulate.DEFAULT_BACKWARD_FRACTION
-    errors = {w: sync_error(job, catalog, link_scale, w) for w in OVERLAP_WINDOWS}
+    errors = {w: sync_error(job, catalog, link_scale, w, runs) for w in OVERLAP_WINDOWS}
     better = [w for w in OVERLAP_WINDOWS if errors[w] < errors[default_window] * (1.0 - MARGIN)]
     best = min(better, key=lambda w: errors[w]) if better else default_window
-    return OverlapFit(best, errors[best], errors[default_window], len(sync_runs(job)))
+    return OverlapFit(best, errors[best], errors[default_window], len(runs))
 
 
 def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:

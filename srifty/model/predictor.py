@@ -200,13 +200,14 @@ NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-
 OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "default")
 
 
-def overlap_source(builder: FeatureBuilder, config: ClusterConfig) -> str:
-    """Where the overlap of ``config``'s allreduce with backward comes from (OVERLAP_SOURCES)."""
+def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: RowEstimate) -> str:
+    """Where the overlap of ``config``'s allreduce with backward comes from (OVERLAP_SOURCES), for
+    its ``estimate`` by ``builder``."""
     if config.world_size < 2 or not builder.grad_bytes:
         return "none"
-    if builder.job.ready_fractions is not None:
-        return "recorded"
-    return "read-from-sync" if builder.job.overlap_fit is not None else "default"
+    if estimate.overlap_unknown:
+        return "default"
+    return "read-from-sync" if builder.job.overlap_fit is not None else "recorded"
 
 
 def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
@@ -269,7 +270,7 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
         "transferred" if e.transferred else "profiled" if e.batch_bounds == (1.0, 1.0) else "profiled-other-batch"
         for e in estimates], dtype=object)
     net_source = np.array([network_source(builder, config, fitted) for config, _ in rows], dtype=object)
-    hidden = np.array([overlap_source(builder, config) for config, _ in rows], dtype=object)
+    hidden = np.array([overlap_source(builder, config, e) for (config, _), e in zip(rows, estimates)], dtype=object)
     for i, (config, b) in enumerate(rows):
         run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
         if run is not None:  # measured: the point, and the run's own CI
