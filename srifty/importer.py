@@ -239,7 +239,7 @@ def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
         }
         if not gradient_size_known(rows, param_count, grad_bytes):
             doc["warnings"].append(unknown_gradient_note(model, itype))
-        elif any(r.world_size > 1 for r in rows) and all(r.sync_time_s is None for r in rows if r.world_size > 1):
+        elif not overlap_readable(rows):
             doc["warnings"].append(no_sync_note(model, itype))
         out[(model, itype)] = doc
     return out
@@ -259,11 +259,22 @@ def unknown_gradient_note(model: str, itype: str) -> str:
             "param_count column value for this model to get real estimates.")
 
 
+def overlap_readable(rows: Sequence[TraceRow]) -> bool:
+    """Whether the overlap of one model's rows on one type can be read (srifty.features.overlap):
+    no row has several workers, or one that has states its sync time, or its batch lies within
+    the single-worker rows' (its step less theirs is then its sync time)."""
+    multi = [r for r in rows if r.world_size > 1]
+    single = [r.local_batch_size for r in rows if r.world_size == 1]
+    return not multi or any(r.sync_time_s is not None or (single and min(single) <= r.local_batch_size <= max(single))
+                            for r in multi)
+
+
 def no_sync_note(model: str, itype: str) -> str:
-    return (f"{model} on {itype}: its rows with several workers have no sync_time_s, so srifty cannot tell how much of "
-            "the allreduce backward hides: predictions let it hide as DDP's buckets usually allow, and their interval "
-            "reaches none of it hidden. Add each run's sync_time_s (the step's wait on the allreduce beyond its "
-            "compute) and srifty reads the overlap off them (docs/latency-model.md, section 4).")
+    return (f"{model} on {itype}: its rows with several workers have no sync_time_s, and no single-worker row at "
+            "their batch sizes to compare them with, so srifty cannot tell how much of the allreduce backward hides: "
+            "predictions let it hide as DDP's buckets usually allow, and their interval reaches none of it hidden. "
+            "Add each run's sync_time_s (the step's wait on the allreduce beyond its compute), or single-worker rows "
+            "at the same batch sizes, and srifty reads the overlap off them (docs/latency-model.md, section 4).")
 
 
 @dataclass

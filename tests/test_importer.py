@@ -84,8 +84,9 @@ def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) 
 
 def test_a_trace_s_sync_times_set_its_overlap_and_their_absence_is_flagged(tmp_path: Path) -> None:
     """deepspeech2's single-node rows, imported as a user would: the shipped model reads its
-    overlap off their sync times. The same rows without sync_time_s say at import that the
-    overlap cannot be read, and predict with the default."""
+    overlap off their sync times, and off their step times less the single-GPU step at the same
+    batch where the trace states no sync time, to as late a window. Its multi-GPU rows alone, with
+    neither, say at import that the overlap cannot be read, and predict with the default."""
     import csv
 
     from srifty import model as m
@@ -97,20 +98,30 @@ def test_a_trace_s_sync_times_set_its_overlap_and_their_absence_is_flagged(tmp_p
     with open(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["model"] == "deepspeech2" and "+" not in r["placement"]]
     fields = list(rows[0])
-    for name, keep_sync in (("with", True), ("without", False)):
+    variants = {"with": rows, "steps": [{**r, "sync_time_s": ""} for r in rows],
+                "multi": [{**r, "sync_time_s": ""} for r in rows if r["placement"] != "1"]}
+    imported = {}
+    for name, written in variants.items():
         with open(tmp_path / f"{name}.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=fields)
             writer.writeheader()
-            writer.writerows(r if keep_sync else {**r, "sync_time_s": ""} for r in rows)
-    with_sync = import_trace(tmp_path / "with.csv", tmp_path / "with")
-    without = import_trace(tmp_path / "without.csv", tmp_path / "without")
-    assert with_sync.notes == [] and without.notes == [no_sync_note("deepspeech2", "g4dn.12xlarge")]
+            writer.writerows(written)
+        imported[name] = import_trace(tmp_path / f"{name}.csv", tmp_path / name)
+    assert imported["with"].notes == imported["steps"].notes == []
+    assert imported["multi"].notes == [no_sync_note("deepspeech2", "g4dn.12xlarge")]
     cat = Catalog.default()
     pred = m.load(m.shipped_model())
     config = parse_config("2xg4dn.12xlarge").resolved(cat)
-    read = pred.builder(load_job(tmp_path / "with/deepspeech2"), cat)
-    plain = pred.builder(load_job(tmp_path / "without/deepspeech2"), cat)
+    read, from_steps, plain = (pred.builder(load_job(tmp_path / f"{name}/deepspeech2"), cat)
+                               for name in ("with", "steps", "multi"))
     assert isinstance(read.job.overlap_fit, OverlapFit) and plain.job.overlap_fit is None
+    assert read.job.overlap_fit.derived == 0
+    derived = from_steps.job.overlap_fit
+    # both put every bucket in the last tenth of the compute (0.1 read off the sync times, 0.05 off the steps)
+    assert derived is not None and max(derived.window, read.job.overlap_fit.window) <= 0.1
+    assert derived.derived == derived.runs == sum(1 for r in rows if r["placement"] != "1")
+    sources = [pred.predict(b.job, cat, [(config, 20)])[0].parts["overlap_source"] for b in (read, from_steps, plain)]
+    assert sources == ["read-from-sync", "read-from-steps", "default"]
     assert READY_UNKNOWN_NOTE in plain.estimate(config, 20).notes
     assert READY_UNKNOWN_NOTE not in read.estimate(config, 20).notes
     # backward hides less of the allreduce: the step is longer, by at most the whole allreduce

@@ -1534,7 +1534,8 @@ def test_overlap_is_read_off_sync_times_where_backward_does_not_hide_the_allredu
     from srifty import simulate
     from srifty.catalog import Catalog
     from srifty.comm import CommModel, simulated_ms
-    from srifty.features import FeatureBuilder, fit_overlap, load_corpus, run_config, sync_error, with_fitted_overlap
+    from srifty.features import (FeatureBuilder, derived_sync, fit_overlap, load_corpus, run_config, sync_error,
+                                 with_fitted_overlap)
     from srifty.features.builder import overlap_fitted_note
 
     cat = Catalog.default()
@@ -1561,6 +1562,18 @@ def test_overlap_is_read_off_sync_times_where_backward_does_not_hide_the_allredu
         assert with_fitted_overlap(view, cat, scale) is view, name
     assert fit_overlap(replace(one_node, ready_fractions=[1.0]), cat, scale) is None  # recorded: never refitted
     assert fit_overlap(jobs["deepspeech2"].restricted(lambda r: r.world_size == 1), cat, scale) is None
+    # a trace of step times only: each multi-GPU run's sync time is its step less the one-GPU step
+    # at its batch (interpolated between measured batches), none outside the one-GPU batches
+    steps_only = replace(one_node, runs=[replace(r, sync_ms=None) if r.world_size > 1 else r for r in one_node.runs])
+    single = {r.local_batch_size: r.step_ms for r in one_node.runs if r.world_size == 1}
+    derived = derived_sync(steps_only)
+    multi = [i for i, r in enumerate(steps_only.runs) if r.world_size > 1]
+    assert sorted(derived) == [i for i in multi if min(single) <= steps_only.runs[i].local_batch_size <= max(single)]
+    at_measured = [(steps_only.runs[i], ms) for i, ms in derived.items() if steps_only.runs[i].local_batch_size in single]
+    assert at_measured and all(ms == pytest.approx(max(r.step_ms - single[r.local_batch_size], 0.0))
+                               for r, ms in at_measured)
+    assert derived_sync(one_node) == {}  # stated sync times are never replaced
+    assert fit_overlap(steps_only, cat, scale).applies
 
 
 def test_tcp_network_prior_follows_the_documented_limits() -> None:

@@ -33,8 +33,9 @@ sync_time_s, param_count, grad_bytes, precision. placement = workers per node jo
 before keeps its runs and gains the new ones (--replace starts afresh). Give param_count (or
 grad_bytes): without it, or a one-node multi-worker row with sync_time_s, communication
 cannot be simulated and multi-worker predictions get a wide interval and a warning. Give
-sync_time_s (the step's wait on the allreduce beyond its compute) on multi-worker rows:
-srifty reads off them how much of the allreduce backward hides.
+sync_time_s (the step's wait on the allreduce beyond its compute) on multi-worker rows, or
+single-worker rows at the same batch sizes (a run's step less theirs stands for it): srifty
+reads off them how much of the allreduce backward hides.
 """)
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the profiles.")
@@ -132,7 +133,9 @@ row's `warnings`). With --json each row also has `parts`: the slowest worker's c
 compute_source measured | profiled | profiled-other-batch | transferred; network_source none |
 unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's link figures with
 efficiencies fitted on other instance types); overlap_source (how much of it backward hides) none
-| measured | recorded | read-from-sync | default (DDP's usual overlap, neither recorded nor read).
+| measured | recorded | read-from-sync | read-from-steps (a trace without sync times: its
+multi-worker steps less its single-worker ones) | default (DDP's usual overlap, neither recorded
+nor read).
 
 Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 """)

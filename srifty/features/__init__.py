@@ -26,7 +26,8 @@ from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve
 from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL_AWS_FLOWS, PLACEMENT_GROUP_FLOW_GBPS,
                                    PRIOR_NETWORK_SPREAD, TBF_GOODPUT, LinkScale, mixed_ring_slowest_hosts)
 from srifty.features.measured import AllreduceRow, CollectivePoint, load_allreduce_rows, load_collectives
-from srifty.features.overlap import OVERLAP_WINDOWS, OverlapFit, fit_overlap, sync_error, with_fitted_overlap
+from srifty.features.overlap import (OVERLAP_WINDOWS, OverlapFit, derived_sync, fit_overlap, sync_error,
+                                     with_fitted_overlap)
 
 __all__ = [
     "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES",
@@ -38,6 +39,7 @@ __all__ = [
     "JobProfile", "Run", "job_from_profiles", "load_corpus", "load_job", "run_config", "FLOW_GBPS",
     "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",
     "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "AllreduceRow", "CollectivePoint",
-    "load_allreduce_rows", "load_collectives", "OVERLAP_WINDOWS", "OverlapFit", "fit_overlap", "sync_error",
+    "load_allreduce_rows", "load_collectives", "OVERLAP_WINDOWS", "OverlapFit", "derived_sync", "fit_overlap",
+    "sync_error",
     "with_fitted_overlap",
 ]

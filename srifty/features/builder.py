@@ -51,11 +51,12 @@ def overlap_fitted_note(job: "JobProfile") -> str:
     """The note of a job whose overlap window was read off its sync times (srifty.features.overlap)."""
     fit = job.overlap_fit
     assert fit is not None
+    derived = f", {fit.derived} of them a run's step less the single-worker step at its batch" if fit.derived else ""
     return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
             f"measured sync times show that backward hides little of its allreduce: the prediction lets the buckets "
-            f"become ready in the last {fit.window:.0%} of its compute (fitted on {fit.runs} runs' sync times, which "
-            f"DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), and the interval reaches the step "
-            "with none of it hidden; `srifty profile` of the training script records it")
+            f"become ready in the last {fit.window:.0%} of its compute (fitted on {fit.runs} runs' sync "
+            f"times{derived}, which DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), and the "
+            "interval reaches the step with none of it hidden; `srifty profile` of the training script records it")
 
 
 def gradient_estimated_note(grad_bytes: float) -> str:

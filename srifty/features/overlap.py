@@ -17,6 +17,12 @@ over it) and keeps the one whose exposed communication is closest to the measure
 more than ×2 (median; ``DEFAULT_MISS``) and the window misses them by at least a quarter less
 (``MARGIN``). A smaller miss of the default could be the link's speed, which the network fit
 owns, and a window a few per cent better is the noise of the runs.
+
+A trace of step times only reads the same way where it has single-worker runs of the type
+(:func:`derived_sync`): a multi-worker run's step less the single-worker step at its batch is
+what data parallelism added to the compute, the exposed communication with whatever else it
+costs, which the thresholds above leave to the network fit and the residual unless the default
+misses it by more than ×2.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from srifty import simulate
 from srifty.features.builder import FeatureBuilder
-from srifty.features.job import JobProfile, Run, run_config
+from srifty.features.job import ComputeCurve, JobProfile, Run, run_config
 from srifty.features.links import LinkScale
 
 if TYPE_CHECKING:
@@ -48,6 +54,7 @@ class OverlapFit:
     error: float  # median |log((simulated exposed + 1 ms) / (measured sync + 1 ms))| at ``window``
     default_error: float  # the same at simulate.DEFAULT_BACKWARD_FRACTION
     runs: int  # multi-worker runs with sync times simulated
+    derived: int = 0  # of them, runs whose sync time is their step less the single-worker step (derived_sync)
 
     @property
     def applies(self) -> bool:
@@ -56,10 +63,31 @@ class OverlapFit:
         return self.default_error > math.log(DEFAULT_MISS) and self.window != simulate.DEFAULT_BACKWARD_FRACTION
 
 
+def derived_sync(job: JobProfile) -> dict[int, float]:
+    """Sync times of the job's multi-worker runs that state none, by index in ``job.runs``: the
+    run's step less its type's single-worker step at its batch (measured there, or interpolated
+    between measured batches), which is what data parallelism added to the compute. Runs mixing
+    types, and runs of a type without a single-worker run whose batches reach theirs, get none."""
+    singles: dict[str, list[tuple[float, float]]] = {}
+    for r in job.runs:
+        if r.world_size == 1 and not r.mixed:
+            singles.setdefault(r.instance_type, []).append((r.local_batch_size, r.step_ms))
+    curves = {t: ComputeCurve.from_points(pts) for t, pts in singles.items()}
+    out = {}
+    for i, r in enumerate(job.runs):
+        curve = curves.get(r.instance_type)
+        if (r.world_size > 1 and r.sync_ms is None and not r.mixed and curve is not None
+                and curve.covers(r.local_batch_size)):
+            out[i] = max(r.step_ms - curve.at(r.local_batch_size), 0.0)
+    return out
+
+
 def sync_runs(job: JobProfile) -> list[Run]:
-    """The multi-worker runs with a sync time that an overlap fit simulates (a seeded sample of
-    MAX_OVERLAP_RUNS beyond that many)."""
-    runs = [r for r in job.runs if r.world_size > 1 and r.sync_ms is not None and r.step_ms > 0]
+    """The multi-worker runs with a sync time that an overlap fit simulates: each run's measured
+    sync time, else its :func:`derived_sync` (a seeded sample of MAX_OVERLAP_RUNS beyond that many)."""
+    derived = derived_sync(job)
+    runs = [r if i not in derived else replace(r, sync_ms=derived[i]) for i, r in enumerate(job.runs)
+            if r.world_size > 1 and (r.sync_ms is not None or i in derived) and r.step_ms > 0]
     if len(runs) > MAX_OVERLAP_RUNS:
         import numpy as np
 
@@ -86,8 +114,8 @@ def sync_error(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None
 def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> OverlapFit | None:
     """The window of :data:`OVERLAP_WINDOWS` whose simulated exposed communication best matches
     ``job``'s measured sync times (:func:`sync_error`) by MARGIN over the default's, else the
-    default. None when the job records its ready times or states its
-    backward share, when its gradient size is unknown, or when no multi-worker run has a sync time."""
+    default. None when the job records its ready times or states its backward share, when its
+    gradient size is unknown, or when no multi-worker run has a sync time, stated or derived."""
     if job.ready_fractions is not None or job.backward_fraction is not None:
         return None
     runs = sync_runs(job)
@@ -97,7 +125,9 @@ def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | Non
     errors = {w: sync_error(job, catalog, link_scale, w, runs) for w in OVERLAP_WINDOWS}
     better = [w for w in OVERLAP_WINDOWS if errors[w] < errors[default_window] * (1.0 - MARGIN)]
     best = min(better, key=lambda w: errors[w]) if better else default_window
-    return OverlapFit(best, errors[best], errors[default_window], len(runs))
+    stated = {id(r) for r in job.runs}
+    return OverlapFit(best, errors[best], errors[default_window], len(runs),
+                      sum(1 for r in runs if id(r) not in stated))
 
 
 def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:

@@ -195,9 +195,10 @@ COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred"
 NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-type", "prior")
 # How much of it backward hides: nothing to hide (one worker, or no gradient size); the profile's
 # own run; the bucket ready times the profile recorded; a window read off an imported trace's sync
-# times (srifty.features.overlap); or DDP's usual overlap, neither recorded nor read (the interval
-# then reaches none of it hidden).
-OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "default")
+# times, or off its multi-worker steps less its single-worker ones where it states no sync time
+# (srifty.features.overlap); or DDP's usual overlap, neither recorded nor read (the interval then
+# reaches none of it hidden).
+OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default")
 
 
 def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: RowEstimate) -> str:
@@ -207,7 +208,10 @@ def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: Row
         return "none"
     if estimate.overlap_unknown:
         return "default"
-    return "read-from-sync" if builder.job.overlap_fit is not None else "recorded"
+    fit = builder.job.overlap_fit
+    if fit is None:
+        return "recorded"
+    return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"
 
 
 def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
