@@ -866,6 +866,20 @@ def test_validate_holdout_reads_a_trace_and_prints_its_tables(model_file: Path, 
         assert res.returncode == 1 and "--holdout" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_predict_configs_that_cannot_be_read_get_a_clear_error(tmp_path: Path) -> None:
+    """--configs given a configuration instead of a file, a CSV without a config column, or a bad
+    batch: exit 1 with one paragraph saying what to give, no traceback."""
+    no_column = tmp_path / "no-column.csv"
+    no_column.write_text("configuration\n2xg4dn.12xlarge\n")
+    bad_batch = tmp_path / "bad-batch.csv"
+    bad_batch.write_text("config,local_batch_size\n2xg4dn.12xlarge,many\n")
+    for configs, said in (("2xg5.xlarge,4xg5.xlarge", "for one configuration use --config"),
+                          (str(no_column), "needs a 'config' column"), (str(bad_batch), "line 2: local_batch_size")):
+        res = run_srifty("predict", "--profile", str(POLLUX / "imagenet"), "--configs", configs)
+        assert res.returncode == 1 and said in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert "unexpectedly" not in res.stderr
+
+
 def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, tmp_path: Path) -> None:
     """A CSV of many rows gets each distinct warning once, naming the rows it concerns, not once per row."""
     csv_path = tmp_path / "configs.csv"

@@ -85,16 +85,21 @@ def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
 
 def _read_configs_csv(path: str) -> list[tuple[str, int | None, int]]:
     rows = []
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        if "config" not in (reader.fieldnames or []):
-            raise SriftyError(f"{path}: needs a 'config' column (and optionally 'local_batch_size').")
-        for i, rec in enumerate(reader, start=2):
-            b = (rec.get("local_batch_size") or "").strip()
-            try:
-                rows.append((rec["config"].strip(), int(b) if b else None, i))
-            except ValueError:
-                raise SriftyError(f"{path} line {i}: local_batch_size {b!r} is not a whole number.") from None
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            if "config" not in (reader.fieldnames or []):
+                raise SriftyError(f"{path}: needs a 'config' column (and optionally 'local_batch_size').")
+            for i, rec in enumerate(reader, start=2):
+                b = (rec.get("local_batch_size") or "").strip()
+                try:
+                    rows.append((rec["config"].strip(), int(b) if b else None, i))
+                except ValueError:
+                    raise SriftyError(f"{path} line {i}: local_batch_size {b!r} is not a whole number.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SriftyError(f"--configs {path}: cannot read it as a CSV file ({getattr(exc, 'strerror', None) or exc}).",
+                          "--configs takes a CSV file with columns config,local_batch_size, one configuration per "
+                          "line; for one configuration use --config.") from None
     return rows
 
 
