@@ -816,6 +816,7 @@ def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(p
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
+    from srifty.model.latency import STEP_FLOOR_SCATTER
 
     pred = m.load(model_file)
     part = pred.latency.parts_["real"]
@@ -837,7 +838,10 @@ def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(p
         assert np.all(sign * (as_unread[side] - as_read[side]) >= -1e-12 if wider else
                       sign * (as_unread[side] - as_read[side]) <= 1e-12)
     assert not np.allclose(as_unread, as_read)
-    assert np.all(as_unread[0] <= centre + part.held_out_error_unread[0] + 1e-12)
+    # the low end: the unread bound, or the measured compute less its scatter where that is higher
+    floor = np.log(unread["compute_ms"].to_numpy() * np.minimum(unread["batch_low"].to_numpy(), 1.0) / sim)
+    assert np.all(as_unread[0] <= np.maximum(centre + part.held_out_error_unread[0],
+                                             floor - STEP_FLOOR_SCATTER) + 1e-12)
     assert np.all(as_unread[1] >= centre + part.held_out_error_unread[1] - 1e-12)
 
 
@@ -926,6 +930,42 @@ def test_predict_says_where_compute_and_communication_come_from(profile: str, co
     assert p.parts["compute_source"] in m.COMPUTE_SOURCES and p.parts["network_source"] in m.NETWORK_SOURCES
     assert p.parts["overlap_source"] in m.OVERLAP_SOURCES
     assert p.parts["communication_ms"] == pytest.approx(max(p.iteration_ms - p.parts["compute_ms"], 0.0), abs=1e-3)
+
+
+def test_an_interval_starts_no_lower_than_the_measured_compute() -> None:
+    """No multi-GPU Pollux run is shorter than its slowest worker's single-GPU compute at its batch
+    by more than STEP_FLOOR_SCATTER, so an interval on a type whose compute was measured starts no
+    lower than that; one transferred to a type nobody profiled keeps its wider low end."""
+    import math
+
+    import numpy as np
+
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, load_corpus, run_config
+    from srifty.model.latency import STEP_FLOOR_SCATTER
+
+    cat = Catalog.default()
+    gaps = []
+    for job in load_corpus([str(POLLUX)]):
+        builder = FeatureBuilder(job, cat)
+        for r in job.runs:
+            if r.world_size > 1:
+                gaps.append(math.log(r.step_ms / builder.estimate(run_config(r), r.local_batch_size).compute_ms))
+    assert min(gaps) > -STEP_FLOOR_SCATTER and np.mean(np.array(gaps) < 0) < 0.01
+    job = load_corpus([str(POLLUX / "imagenet")])[0].restricted(lambda r: r.world_size == 1)
+    pred = m.load(m.SHIPPED_MODEL)
+    # batch 40 was measured on one GPU: no bounds on the compute there
+    config = parse_config("4xg4dn.12xlarge:1").resolved(cat)
+    on_type = pred.predict(job, cat, [(config, 40)])[0]
+    assert on_type.source == "predicted" and on_type.parts["compute_source"] == "profiled"
+    floor = on_type.parts["compute_ms"] * math.exp(-STEP_FLOOR_SCATTER)
+    assert on_type.interval_ms[0] >= floor * (1 - 1e-6)  # (parts round compute_ms to 0.1 µs)
+    # the same row with its compute transferred from another GPU: no floor, a lower low end
+    X = pred.builder(job, cat).frame([(config, 40)])
+    low, _ = pred.latency.predict_interval(X.assign(transferred=1.0))
+    assert low[0] < floor
 
 
 def test_far_outside_training_range_warns(model_file: Path) -> None:
@@ -1197,6 +1237,7 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
     assert f"; {known['mape']:.1f}% on the {known['n']} rows whose gradient size is stated)" in summary
     # interval coverage: the share of held-out rows inside the model's interval
     assert 0.0 < lomo["inside_interval"] <= 1.0
+    assert lomo["interval_ratio"] > 1.0 and "its width, high/low (median)" in out.read_text()
     # every split also by regime and by node count: the groups partition the split's rows
     doc = json.loads(res.stdout)
     for key in ("by_regime", "by_nodes"):

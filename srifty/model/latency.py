@@ -41,6 +41,9 @@ UNCALIBRATED_NOTE = (
     "in this regime, so the interval comes from that model's own runs (at most their node counts held out of "
     "the fit in turn) and may be too narrow for another; fit it on the runs of two or more models (`srifty fit`)")
 SHRINK_GRID = tuple(i / 10 for i in range(11))  # shares of the learned residual tried on held-out groups
+# how far (log) a measured step may fall below its slowest worker's compute alone: the scatter of
+# repeated measurements of one configuration (Pollux's noise floor, 4.9%: docs/ACCURACY.md)
+STEP_FLOOR_SCATTER = 0.05
 REGIMES = ("real", "emulated")
 
 
@@ -425,6 +428,16 @@ class LatencyModel:
             lo = center - np.hypot(center - lo, np.log(np.minimum(np.asarray(X["batch_low"], dtype=float), 1.0)))
             hi = center + np.hypot(hi - center, np.log(np.maximum(np.asarray(X["batch_high"], dtype=float), 1.0)))
         sim = np.asarray(X["sim_ms"], dtype=float)
+        # a data-parallel step is never shorter than its slowest worker's compute alone: on a real
+        # cluster, where that compute was measured on the type (not transferred), the interval starts
+        # no lower than it (at the step's lower bound at this batch) less the scatter of repeated
+        # measurements. Not on emulated hosts: their runs repeat to ~9% only (docs/REPEATABILITY.md)
+        if "compute_ms" in X.columns:
+            low_ratio = np.minimum(np.asarray(X["batch_low"], dtype=float), 1.0) if "batch_low" in X.columns else 1.0
+            floor = np.log(np.asarray(X["compute_ms"], dtype=float) * low_ratio / sim) - STEP_FLOOR_SCATTER
+            on_measured = ((np.asarray(X["world_size"], dtype=float) > 1) & ~transferred
+                           & (np.asarray(X["emulated"], dtype=float) == 0))
+            lo = np.where(on_measured, np.maximum(lo, np.minimum(floor, center)), lo)
         return sim * np.exp(lo), sim * np.exp(hi)
 
 

@@ -149,7 +149,7 @@ def run_fold(split: str, fold: str, train_jobs: Sequence[JobProfile], test_jobs:
     known = te.X["grad_bytes_estimated"].to_numpy(dtype=float) == 0
     return SplitResult(split, fold, len(y), errors, y, preds, known, (lo <= y) & (y <= hi),
                        te.X["nodes"].to_numpy(dtype=float),
-                       np.clip(1.0 - te.X["compute_ms"].to_numpy(dtype=float) / y, 0.0, 1.0))
+                       np.clip(1.0 - te.X["compute_ms"].to_numpy(dtype=float) / y, 0.0, 1.0), hi / lo)
 
 
 def catalog_without_gpu_of(catalog: "Catalog", instance_type: str) -> "Catalog":

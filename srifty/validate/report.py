@@ -21,12 +21,18 @@ from srifty.validate.results import METHODS, ReplicateFloor, ValidationReport
 def render_breakdown(title: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
     """A Markdown table of :meth:`ValidationReport.breakdown`'s cells."""
     lines = ["", title, "", "| split | rows of | rows | model MAPE % | best baseline MAPE % | inside the model's "
-             "5–95% interval % |", "|---|---|---:|---:|---:|---:|"]
+             "5–95% interval % | its width, high/low (median) |", "|---|---|---:|---:|---:|---:|---:|"]
     for split, cells in table.items():
         for c in cells:
             lines.append(f"| {split} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
-                         f"{c['baseline_mape']:.1f} ({c['baseline']}) | {c['inside_interval'] * 100:.0f} |")
+                         f"{c['baseline_mape']:.1f} ({c['baseline']}) | {c['inside_interval'] * 100:.0f} | "
+                         f"{_ratio(c.get('interval_ratio'))} |")
     return lines
+
+
+def _ratio(r: float | None) -> str:
+    """An interval's width as its high end over its low end (blank when unknown)."""
+    return "" if r is None else f"x{r:.2f}"
 
 
 # --------------------------------------------------------------------------- outputs
@@ -65,14 +71,16 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         "(T_compute^γ + T_sync^γ)^(1/γ) fitted on the training rows; `linear` = the slowest worker's "
         "single-worker step time (perfect scaling).",
         "",
-        "| split | rows | method | MAPE % | median % | p90 % | inside the model's 5–95% interval % |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| split | rows | method | MAPE % | median % | p90 % | inside the model's 5–95% interval % "
+        "| its width, high/low (median) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for split, ms in pooled.items():
         for m in METHODS:
             s = ms[m]
             inside = f"{s['inside_interval'] * 100:.0f}" if "inside_interval" in s else ""
-            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} | {inside} |")
+            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} | {inside} "
+                         f"| {_ratio(s.get('interval_ratio'))} |")
     lines += ["", "Per fold (MAPE %):", "", "| split | fold | rows | " + " | ".join(METHODS) + " | model best? |",
               "|---|---|---:|" + "---:|" * len(METHODS) + "---|"]
     for r in report.results:

@@ -34,6 +34,7 @@ class SplitResult:
     # each row's measured share of the step beyond its slowest worker's compute alone (exposed
     # communication and what data parallelism costs besides): its regime
     beyond_compute: "np.ndarray | None" = None
+    interval_ratio: "np.ndarray | None" = None  # each row's interval, its high end over its low end
 
     def stats(self) -> dict[str, dict[str, float]]:
         import numpy as np
@@ -110,6 +111,8 @@ class ValidationReport:
                                  "p90": float(np.percentile(e, 90)), "n": int(len(e))}
             if all(r.inside is not None for r in rs):
                 out[split]["model"]["inside_interval"] = float(np.mean(np.concatenate([r.inside for r in rs])))
+            if all(r.interval_ratio is not None for r in rs):
+                out[split]["model"]["interval_ratio"] = float(np.median(np.concatenate([r.interval_ratio for r in rs])))
         return out
 
     def _grad_known_rows(self, split: str) -> tuple["np.ndarray", "np.ndarray"] | None:
@@ -154,7 +157,8 @@ class ValidationReport:
     def breakdown(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
                   ) -> dict[str, list[dict[str, Any]]]:
         """Per split, per group of rows (``group`` maps a fold's rows to indices into ``labels``):
-        rows, the model's MAPE, the best baseline's, and the share inside the model's interval."""
+        rows, the model's MAPE, the best baseline's, the share inside the model's interval and its
+        median width (high end over low end; None where a fold has no widths)."""
         import numpy as np
 
         out: dict[str, list[dict[str, Any]]] = {}
@@ -165,6 +169,8 @@ class ValidationReport:
             idx = np.concatenate([group(r) for r in rs])
             errors = {m: np.concatenate([r.errors[m] for r in rs]) for m in METHODS}
             inside = np.concatenate([r.inside for r in rs])
+            ratio = (np.concatenate([r.interval_ratio for r in rs]) if all(r.interval_ratio is not None for r in rs)
+                     else None)
             cells = []
             for k, label in enumerate(labels):
                 mine = idx == k
@@ -173,7 +179,8 @@ class ValidationReport:
                 base = min(METHODS[1:], key=lambda m: float(np.mean(errors[m][mine])))
                 cells.append({"group": label, "rows": int(mine.sum()), "model_mape": float(np.mean(errors["model"][mine])),
                               "baseline": base, "baseline_mape": float(np.mean(errors[base][mine])),
-                              "inside_interval": float(np.mean(inside[mine]))})
+                              "inside_interval": float(np.mean(inside[mine])),
+                              "interval_ratio": None if ratio is None else float(np.median(ratio[mine]))})
             out[split] = cells
         return out
 
