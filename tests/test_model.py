@@ -791,6 +791,7 @@ def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_ru
     err = np.array([row.error for row in check.rows])
     assert cells["all"]["rows"] == len(tested) and cells["all"]["mape"] == pytest.approx(np.mean(np.abs(err)))
     assert cells["all"]["inside_interval"] == pytest.approx(np.mean([row.inside for row in check.rows]))
+    assert cells["all"]["interval_ratio"] == pytest.approx(np.median([row.high_ms / row.low_ms for row in check.rows]))
     assert sum(c["rows"] for c in check.cells("regime") if c["group"] != "all") == len(tested)
     assert sum(c["rows"] for c in check.cells("nodes") if c["group"] != "all") == len(tested)
     # deepspeech2 hides little of its allreduce, which its single-node sync times show (features.overlap)

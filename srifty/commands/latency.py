@@ -185,15 +185,17 @@ def _print_holdout(check: Any, as_json: bool) -> None:
         return
     for by, title in (("nodes", "node count"), ("regime", "regime (measured share of the step beyond compute)")):
         click.echo(f"\nBy {title}: MAPE and signed median error % (negative: predicted too fast), share inside "
-                   "the 5-95% interval; baselines' MAPE %: the simulator with catalog links, compute alone")
+                   "the 5-95% interval and its median width (high/low); baselines' MAPE %: the simulator with "
+                   "catalog links, compute alone")
         cells = check.cells(by)
         w = max([len("model")] + [len(c["model"]) for c in cells])
         g = max([len("rows of")] + [len(c["group"]) for c in cells])
         click.echo(f"{'model':<{w}}  {'rows of':<{g}}  {'rows':>5}  {'MAPE':>6}  {'signed':>7}  {'inside':>6}  "
-                   f"{'simulator':>9}  {'compute':>7}")
+                   f"{'width':>6}  {'simulator':>9}  {'compute':>7}")
         for c in cells:
             click.echo(f"{c['model']:<{w}}  {c['group']:<{g}}  {c['rows']:>5}  {c['mape']:>6.1f}  "
-                       f"{c['signed_median']:>+7.1f}  {c['inside_interval'] * 100:>5.0f}%  {c['simulator_mape']:>9.1f}  "
+                       f"{c['signed_median']:>+7.1f}  {c['inside_interval'] * 100:>5.0f}%  "
+                       f"{'x' + format(c['interval_ratio'], '.2f'):>6}  {c['simulator_mape']:>9.1f}  "
                        f"{c['linear_mape']:>7.1f}")
 
 

@@ -67,8 +67,9 @@ class HeldOutCheck:
 
     def cells(self, by: str) -> list[dict[str, Any]]:
         """Per model (and all models) and per group of rows (``by`` = "nodes" or "regime"): rows,
-        the model's MAPE and signed median error, the share inside its interval, and the MAPE of
-        the simulator with the catalog's links and of the slowest worker's compute alone."""
+        the model's MAPE and signed median error, the share inside its interval and the interval's
+        median width (high end over low end), and the MAPE of the simulator with the catalog's
+        links and of the slowest worker's compute alone."""
         import numpy as np
 
         labels = [label for label, _ in (NODE_BINS if by == "nodes" else REGIMES)]
@@ -84,6 +85,7 @@ class HeldOutCheck:
                 out.append({"model": model, "group": label, "rows": len(rs), "mape": float(np.mean(np.abs(err))),
                             "signed_median": float(np.median(err)),
                             "inside_interval": float(np.mean([r.inside for r in rs])),
+                            "interval_ratio": float(np.median([r.high_ms / r.low_ms for r in rs])),
                             "simulator_mape": float(np.mean([abs(r.simulator_ms / r.measured_ms - 1) * 100
                                                              for r in rs])),
                             "linear_mape": float(np.mean([abs(r.compute_ms / r.measured_ms - 1) * 100 for r in rs]))})

@@ -57,8 +57,9 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         "Rerun it to reproduce; nothing on this page is typed by hand.",
         "",
         "Absolute percentage error of the predicted iteration time per split (all folds pooled), "
-        "for the learned model and the baselines on the same rows. See srifty/validate/folds.py for the splits "
-        "and docs/latency-model.md for the model.",
+        "for the learned model and the baselines on the same rows, the share of the rows inside the model's "
+        "5–95% interval and that interval's width (its high end over its low end, the median over the rows). "
+        "See srifty/validate/folds.py for the splits and docs/latency-model.md for the model.",
         "",
         "- `lomo-1gpu` / `lomo-1node`: leave one model out; the held-out model is known by its single-GPU "
         "(single-node) runs only, the residual model trains on the other models.",
