@@ -1625,7 +1625,8 @@ def test_overlap_is_read_off_sync_times_where_backward_does_not_hide_the_allredu
     derived = derived_sync(steps_only)
     multi = [i for i, r in enumerate(steps_only.runs) if r.world_size > 1]
     assert sorted(derived) == [i for i in multi if min(single) <= steps_only.runs[i].local_batch_size <= max(single)]
-    at_measured = [(steps_only.runs[i], ms) for i, ms in derived.items() if steps_only.runs[i].local_batch_size in single]
+    at_measured = [(steps_only.runs[i], ms) for i, ms in derived.items()
+                   if steps_only.runs[i].local_batch_size in single]
     assert at_measured and all(ms == pytest.approx(max(r.step_ms - single[r.local_batch_size], 0.0))
                                for r, ms in at_measured)
     assert derived_sync(one_node) == {}  # stated sync times are never replaced

@@ -80,8 +80,8 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
         for m in METHODS:
             s = ms[m]
             inside = f"{s['inside_interval'] * 100:.0f}" if "inside_interval" in s else ""
-            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} | {inside} "
-                         f"| {_ratio(s.get('interval_ratio'))} |")
+            lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} "
+                         f"| {inside} | {_ratio(s.get('interval_ratio'))} |")
     lines += ["", "Per fold (MAPE %):", "", "| split | fold | rows | " + " | ".join(METHODS) + " | model best? |",
               "|---|---|---:|" + "---:|" * len(METHODS) + "---|"]
     for r in report.results:
