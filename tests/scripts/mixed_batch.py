@@ -116,9 +116,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Rank 0 hosts the TCPStore here (no torchrun agent). Once in a CI run a rank died at interpreter
-    # teardown with "terminate called without an active exception" (a c10d thread still joinable
-    # when its C++ object was destroyed), after its results were written and the group destroyed.
-    # Leave without that teardown: the results are on disk and the output flushed.
+    # Rank 0 hosts the TCPStore here (no torchrun agent). Once in a clean-clone test run a rank died
+    # with "terminate called without an active exception": a C++ thread still joinable when its
+    # object was destroyed, most likely at interpreter teardown, as nothing before it reported an
+    # error. Leave without that teardown: the results are on disk and the output flushed.
     sys.stdout.flush()
     os._exit(0)
