@@ -180,6 +180,8 @@ def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | N
 
 
 def _print_holdout(check: Any, as_json: bool) -> None:
+    from srifty.validate.report import format_ratio
+
     if as_json:
         click.echo(json.dumps(check.to_dict(), indent=1))
         return
@@ -195,7 +197,7 @@ def _print_holdout(check: Any, as_json: bool) -> None:
         for c in cells:
             click.echo(f"{c['model']:<{w}}  {c['group']:<{g}}  {c['rows']:>5}  {c['mape']:>6.1f}  "
                        f"{c['signed_median']:>+7.1f}  {c['inside_interval'] * 100:>5.0f}%  "
-                       f"{'x' + format(c['interval_ratio'], '.2f'):>6}  {c['simulator_mape']:>9.1f}  "
+                       f"{format_ratio(c['interval_ratio']):>6}  {c['simulator_mape']:>9.1f}  "
                        f"{c['linear_mape']:>7.1f}")
 
 

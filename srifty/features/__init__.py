@@ -40,6 +40,5 @@ __all__ = [
     "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",
     "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "AllreduceRow", "CollectivePoint",
     "load_allreduce_rows", "load_collectives", "OVERLAP_WINDOWS", "OverlapFit", "derived_sync", "fit_overlap",
-    "sync_error",
-    "with_fitted_overlap",
+    "sync_error", "with_fitted_overlap",
 ]

@@ -415,7 +415,7 @@ class FeatureBuilder:
                 # weight gradients, say, are all ready when its backward ends): the step alone, then
                 # every bucket's allreduce in turn
                 step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
-                note = READY_UNKNOWN_NOTE if self.job.overlap_fit is None else overlap_fitted_note(self.job)
+                note = READY_UNKNOWN_NOTE if overlap_unknown else overlap_fitted_note(self.job)
                 if note not in notes:
                     notes.append(note)
             prior = [h.name for h in hws if not self.link_scale.network_measured(h)]

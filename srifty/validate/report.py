@@ -26,11 +26,11 @@ def render_breakdown(title: str, table: dict[str, list[dict[str, Any]]]) -> list
         for c in cells:
             lines.append(f"| {split} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
                          f"{c['baseline_mape']:.1f} ({c['baseline']}) | {c['inside_interval'] * 100:.0f} | "
-                         f"{_ratio(c.get('interval_ratio'))} |")
+                         f"{format_ratio(c.get('interval_ratio'))} |")
     return lines
 
 
-def _ratio(r: float | None) -> str:
+def format_ratio(r: float | None) -> str:
     """An interval's width as its high end over its low end (blank when unknown)."""
     return "" if r is None else f"x{r:.2f}"
 
@@ -81,7 +81,7 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
             s = ms[m]
             inside = f"{s['inside_interval'] * 100:.0f}" if "inside_interval" in s else ""
             lines.append(f"| {split} | {s['n']} | {m} | {s['mape']:.1f} | {s['median']:.1f} | {s['p90']:.1f} "
-                         f"| {inside} | {_ratio(s.get('interval_ratio'))} |")
+                         f"| {inside} | {format_ratio(s.get('interval_ratio'))} |")
     lines += ["", "Per fold (MAPE %):", "", "| split | fold | rows | " + " | ".join(METHODS) + " | model best? |",
               "|---|---|---:|" + "---:|" * len(METHODS) + "---|"]
     for r in report.results:
