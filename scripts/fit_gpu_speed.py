@@ -20,7 +20,8 @@ def main() -> None:
     for n in notes:
         print(n)
     for c in corrections:
-        print(f"{c.gpu_name:10s} {c.flops:5s} x{c.factor:.3f}  ({c.rates} rates, {c.networks} networks)")
+        print(f"{c.gpu_name:10s} {c.flops:5s} x{c.factor:.3f}, convolutions x{c.conv_factor:.3f}  "
+              f"({c.rates} rates, {c.networks} networks)")
     print(f"wrote {DATA_DIR / SPEED_CORRECTIONS_CSV}")
     # held-out transfers with the new factors (each Lambda network's own rates out of the fit)
     checks, _ = validate_gpu_transfer(Catalog.default())

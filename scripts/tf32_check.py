@@ -3,8 +3,9 @@ FP32? Checked on NVIDIA DeepLearningExamples' single-GPU rates (V100 FP32 vs A10
 used in any fit), split into convolutional networks and the rest, with srifty's speed ratio
 (spec x measured factors from Lambda's tables) under each label. Run: `python scripts/tf32_check.py`.
 
-Convolutional networks are named below by the DLE model names (the READMEs' own names); every
-other DLE model counts as "other". docs/latency-model.md quotes this script's output.
+Convolutional networks are those data/traces/model_conv_share.csv gives a convolution share of 1
+(by their architecture); every other DLE model counts as "other". The transfers take each
+network's convolution share, as srifty does. docs/latency-model.md quotes this script's output.
 """
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ from srifty.gpuspeed import fit_speed_corrections, read_lambda_single_gpu, spec_
 from srifty.model import ROOT
 from srifty.validate import read_dle_single_gpu
 
-CONV_NETS = ("RN50v1.5", "resnet50v1.5", "resnext101-32x4d", "se-resnext101-32x4d", "efficientnet", "Efficientdet",
-             "SSD", "MaskRCNN", "UNet", "VNet", "nnUNet", "Jasper", "QuartzNet")
 AMPERE_OR_LATER = ("A100", "H100", "H200", "B200")
 
 
@@ -36,9 +35,9 @@ def main() -> None:
     print("kind  | label | transfers | MAPE % | median % | measured speed ratio V100 -> A100-80GB (median)")
     for kind in ("conv", "other"):
         errors: dict[str, list[float]] = {"tf32": [], "fp32": []}
-        ratios = []
+        ratios, models = [], set()
         for group, members in groups.items():
-            if group[0].startswith(CONV_NETS) != (kind == "conv"):
+            if (members[0].conv_share == 1.0) != (kind == "conv"):
                 continue
             by_gpu = {r.gpu: r.rate for r in members}
             if "V100" in by_gpu and "A100-80GB" in by_gpu:
@@ -47,12 +46,14 @@ def main() -> None:
                 for b in members:
                     if a.gpu.startswith(AMPERE_OR_LATER) == b.gpu.startswith(AMPERE_OR_LATER):
                         continue  # only transfers across the TF32 line
+                    models.add(group[0])
                     for label in errors:
                         fs, fd = transfer_speeds(spec_hardware(catalog.gpu_spec(a.gpu), factors),
-                                                 spec_hardware(catalog.gpu_spec(b.gpu), factors), label)
+                                                 spec_hardware(catalog.gpu_spec(b.gpu), factors), label,
+                                                 a.conv_share)
                         errors[label].append(abs((b.rate / a.rate) / (fd / fs) - 1.0) * 100)
         for label, e in errors.items():
-            print(f"{kind:5s} | {label:5s} | {len(e):9d} | {np.mean(e):6.1f} | {np.median(e):8.1f} | "
+            print(f"{kind:5s} ({len(models)}) | {label:5s} | {len(e):9d} | {np.mean(e):6.1f} | {np.median(e):8.1f} | "
                   f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} models)")
     spec = {g: spec_hardware(catalog.gpu_spec(g)) for g in ("V100", "A100-80GB")}
     for label in ("fp32", "tf32"):

@@ -7,9 +7,13 @@ put a B200 at 1.0-1.7x an H200 where the spec ratio says 1.95x. This module fits
 per (GPU, FLOPS figure) on such rates:
 
     log rate = a[benchmark group] + log spec_speed[GPU] + b[GPU, FLOPS figure]
+               + s[network] x c[GPU, FLOPS figure]
 
 where a group is one benchmark release, network, precision and unit (the rates inside it differ
-only by the GPU), so only speed *ratios* inform b, and the factors are used only in pairs: a
+only by the GPU), so only speed *ratios* inform b and c; s is the share of the network's forward
+FLOPs in convolutions (data/traces/model_conv_share.csv; a profile's own ``conv_flop_share``),
+since convolutional networks, with their memory-bound normalisation and activation layers, gain
+less from a newer GPU's tensor cores than matmul-bound ones. The factors are used only in pairs: a
 transfer between two GPUs that both have one takes the ratio of their factors, a transfer that
 involves a GPU without one (T4, A10G, L4, K80, ...) keeps the spec ratio
 (:func:`srifty.features.transfer_speeds`). A ridge penalty keeps each b near 0, so a GPU with few
@@ -31,10 +35,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from srifty.catalog import Catalog, GpuSpec, SpeedCorrection
-from srifty.features import Hardware
+from srifty.features import UNKNOWN_CONV_SHARE, Hardware
 from srifty.simulate import Link
 
 RIDGE = 1.0  # penalty on each log factor, in units of one squared log error of a rate
+CONV_SHARES_CSV = "model_conv_share.csv"  # beside the trace files: each trace model's convolution share
 # Lambda's compiled tables name GPUs by board; srifty's GPU specs by what EC2 rents (PCIe boards
 # and workstation cards have other figures and no spec row here, so they are left out)
 LAMBDA_GPUS = {"V100-16GB": "V100", "V100-32GB": "V100-32GB", "A100-SXM4-40GB": "A100", "A100-SXM4-80GB": "A100-80GB",
@@ -51,6 +56,7 @@ class SingleGpuRate:
     gpu: str  # srifty's GPU name (catalog.gpu_spec)
     precision: str  # srifty's precision name (fp32, tf32, amp)
     rate: float  # iterations or samples per second
+    conv_share: float = UNKNOWN_CONV_SHARE  # share of the network's forward FLOPs in convolutions
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,24 @@ def read_transfer_error(path: str | Path) -> TransferError | None:
     return TransferError(float(d["q05"]), float(d["q95"]), int(d["transfers"]))
 
 
+def read_conv_shares(path: str | Path) -> dict[tuple[str, str], float]:
+    """(dataset, model) -> share of the forward FLOPs in convolutions, as a trace model's
+    architecture states it (data/traces/model_conv_share.csv); models not listed, or a trace with no
+    such file beside it, are unknown."""
+    if not Path(path).exists():
+        return {}
+    with open(path, newline="") as fh:
+        return {(r["dataset"], r["model"]): float(r["conv_flop_share"]) for r in csv.DictReader(fh)}
+
+
+def with_conv_shares(rates: Sequence[SingleGpuRate], shares: dict[tuple[str, str], float],
+                     model_of: Callable[[SingleGpuRate], str]) -> list[SingleGpuRate]:
+    """``rates`` with the convolution share of each one's model (``model_of``) where ``shares`` has it."""
+    from dataclasses import replace
+
+    return [replace(r, conv_share=shares.get((r.dataset, model_of(r)), UNKNOWN_CONV_SHARE)) for r in rates]
+
+
 def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str]]:
     """Lambda's compiled single-GPU tables: the median over systems of each (release, model,
     precision, GPU). Releases (2022 v0 tables, v1 on NGC 22.09, v2 on NGC 24.10) are kept apart:
@@ -96,7 +120,9 @@ def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[
             precision = "amp" if r["precision"].startswith("FP16") else "tf32"  # TF32 where the GPU has it
             key = (release, r["model"], precision, r["throughput_unit"], gpu)
             rates.setdefault(key, []).append(float(r["throughput_value"]))
-    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v))
+    shares = read_conv_shares(Path(path).parent / CONV_SHARES_CSV)
+    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v),
+                         shares.get(("lambda", model), UNKNOWN_CONV_SHARE))
            for (rel, model, prec, unit, gpu), v in sorted(rates.items())]
     notes = [f"Lambda: {', '.join(sorted(other))} left out (not a GPU srifty has spec figures for)."] if other else []
     return out, notes
@@ -107,23 +133,30 @@ def spec_hardware(spec: "GpuSpec", factors: Iterable[SpeedCorrection] = ()) -> "
     return Hardware(spec.gpu_name, 1, Link(1.0, 1.0), Link(1.0, 1.0), spec.fp32_tflops,
                     spec.memory_bandwidth_gbytes_per_s, None, tf32_tflops=spec.tf32_tflops_dense,
                     fp16_tflops=spec.fp16_bf16_tensor_tflops_dense,
-                    speed_factors=tuple((c.flops, c.factor) for c in factors if c.gpu_name == spec.gpu_name))
+                    speed_factors=tuple((c.flops, c.factor) for c in factors if c.gpu_name == spec.gpu_name),
+                    conv_speed_factors=tuple((c.flops, c.conv_factor) for c in factors if c.gpu_name == spec.gpu_name))
+
+
+def chip_of(gpu: str) -> str:
+    """The chip of a GPU name (V100-32GB: V100, A100-80GB: A100)."""
+    return gpu.split("-")[0]
 
 
 def same_chip(a: str, b: str) -> bool:
     """GPU names of one chip in other boards (V100 and V100-32GB, A100 and A100-80GB)."""
-    return a.split("-")[0] == b.split("-")[0]
+    return chip_of(a) == chip_of(b)
 
 
 def fit_speed_corrections(rates: Sequence[SingleGpuRate], catalog: "Catalog",
                           keep: Callable[[SingleGpuRate], bool] = lambda r: True,
                           ridge: float = RIDGE) -> list[SpeedCorrection]:
-    """One factor per (GPU, FLOPS figure) over the ``rates`` that ``keep`` admits and whose GPU
-    has FLOPS and memory bandwidth in the catalog's specs (see the module docstring)."""
+    """One factor per (GPU, FLOPS figure), and one more for convolutions, over the ``rates`` that
+    ``keep`` admits and whose GPU has FLOPS and memory bandwidth in the catalog's specs (see the
+    module docstring)."""
     import numpy as np
 
     hardware: dict[str, "Hardware | None"] = {}
-    rows = []  # (group, key, log rate - log spec speed)
+    rows = []  # (group, key, convolution share, log rate - log spec speed)
     for r in rates:
         if not keep(r):
             continue
@@ -133,28 +166,35 @@ def fit_speed_corrections(rates: Sequence[SingleGpuRate], catalog: "Catalog",
             hardware[r.gpu] = spec_hardware(spec) if ok else None
         hw = hardware[r.gpu]
         if hw is not None:
-            rows.append(((r.dataset, r.group), (r.gpu, hw.flops_kind(r.precision)),
+            rows.append(((r.dataset, r.group), (r.gpu, hw.flops_kind(r.precision)), r.conv_share,
                          math.log(r.rate) - math.log(hw.speed_for(r.precision))))
     sizes: dict[tuple, int] = {}
-    for g, _, _ in rows:
+    for g, *_ in rows:
         sizes[g] = sizes.get(g, 0) + 1
     rows = [row for row in rows if sizes[row[0]] >= 2]  # a GPU alone in its group says nothing of ratios
-    keys = sorted({k for _, k, _ in rows})
+    keys = sorted({k for _, k, _, _ in rows})
     if not keys:
         return []
-    groups = sorted({g for g, _, _ in rows})
+    # the convolution factor belongs to the chip: boards of one chip (V100 16/32 GB) share it
+    chips = sorted({(chip_of(gpu), flops) for gpu, flops in keys})
+    groups = sorted({g for g, *_ in rows})
     col = {k: i for i, k in enumerate(keys)}
+    chip_col = {k: len(keys) + i for i, k in enumerate(chips)}
     grp = {g: i for i, g in enumerate(groups)}
-    # unknowns: one intercept per group (free), one log factor per key (ridge)
-    a = np.zeros((len(rows) + len(keys), len(groups) + len(keys)))
-    y = np.zeros(len(rows) + len(keys))
-    for i, (g, k, v) in enumerate(rows):
-        a[i, grp[g]], a[i, len(groups) + col[k]], y[i] = 1.0, 1.0, v
-    for j in range(len(keys)):
-        a[len(rows) + j, len(groups) + j] = math.sqrt(ridge)
+    # unknowns: one intercept per group (free), a log factor per key and a log convolution factor per chip (ridge)
+    n, m = len(rows), len(keys) + len(chips)
+    a = np.zeros((n + m, len(groups) + m))
+    y = np.zeros(n + m)
+    for i, (g, k, share, v) in enumerate(rows):
+        a[i, grp[g]], y[i] = 1.0, v
+        a[i, len(groups) + col[k]] = 1.0
+        a[i, len(groups) + chip_col[(chip_of(k[0]), k[1])]] = share
+    a[n:, len(groups):] = math.sqrt(ridge) * np.eye(m)
     solution = np.linalg.lstsq(a, y, rcond=None)[0][len(groups):]
     out = []
-    for k, b in zip(keys, solution):
-        mine = [g for g, kk, _ in rows if kk == k]
-        out.append(SpeedCorrection(k[0], k[1], round(float(math.exp(b)), 4), len(mine), len({g[1][1] for g in mine})))
+    for k in keys:
+        mine = [g for g, kk, _, _ in rows if kk == k]
+        b, c = solution[col[k]], solution[chip_col[(chip_of(k[0]), k[1])]]
+        out.append(SpeedCorrection(k[0], k[1], round(float(math.exp(b)), 4), len(mine), len({g[1][1] for g in mine}),
+                                   round(float(math.exp(c)), 4)))
     return out

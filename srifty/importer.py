@@ -3,7 +3,7 @@
 The trace has one row per measured run::
 
     model, instance_type, placement, local_batch_size, step_time_s
-    [, sync_time_s, param_count, grad_bytes, precision]
+    [, sync_time_s, param_count, grad_bytes, precision, conv_flop_share]
 
 ``placement`` lists the workers on each node joined by ``+`` (``4+4``, ``1+1+1+3``).
 Every (model, instance type) becomes one profile document, ``DIR/<model>/<instance_type>.json``:
@@ -31,7 +31,7 @@ from srifty import __version__
 from srifty.errors import SriftyError
 
 REQUIRED_COLUMNS = ("model", "instance_type", "placement", "local_batch_size", "step_time_s")
-OPTIONAL_COLUMNS = ("sync_time_s", "param_count", "grad_bytes", "precision")
+OPTIONAL_COLUMNS = ("sync_time_s", "param_count", "grad_bytes", "precision", "conv_flop_share")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
@@ -51,6 +51,7 @@ class TraceRow:
     param_count: int | None = None
     grad_bytes: int | None = None
     precision: str | None = None
+    conv_flop_share: float | None = None  # share of the forward FLOPs in convolutions
 
     @property
     def world_size(self) -> int:
@@ -108,8 +109,11 @@ def _parse_row(line: int, rec: dict[str, str]) -> TraceRow:
     if sync is not None and sync > step:
         raise ValueError(f"sync_time_s ({sync}) exceeds step_time_s ({step})")
     precision = (rec.get("precision") or "").strip() or None
+    conv = _opt_float(rec.get("conv_flop_share") or "", "conv_flop_share")
+    if conv is not None and not 0.0 <= conv <= 1.0:
+        raise ValueError(f"conv_flop_share must be a share between 0 and 1, got {conv}")
     return TraceRow(line, model, itype, wpn, bsz, step, sync, _opt_int(rec.get("param_count") or "", "param_count"),
-                    _opt_int(rec.get("grad_bytes") or "", "grad_bytes"), precision)
+                    _opt_int(rec.get("grad_bytes") or "", "grad_bytes"), precision, conv)
 
 
 def read_trace(path: str | Path, skip_bad: bool = False,
@@ -193,6 +197,7 @@ def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
         param_count = _consistent(rows, "param_count", name)
         grad_bytes = _consistent(rows, "grad_bytes", name)
         precision = _consistent(rows, "precision", name)
+        conv_flop_share = _consistent(rows, "conv_flop_share", name)
         single = [r for r in rows if r.world_size == 1]
         ref = max(single, key=lambda r: (r.local_batch_size, -r.line)) if single else \
             min(rows, key=lambda r: (r.world_size, -r.local_batch_size, r.line))
@@ -221,7 +226,8 @@ def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
             "job": {"model": model, "script": None, "script_sha256": None, "args": [],
                     "local_batch_size": ref.local_batch_size, "requested_batch_size": None,
                     "param_count": param_count, "grad_bytes": grad_bytes,
-                    "grad_dtype": None, "precision": precision, "bucket_cap_mb": None, "buckets": []},
+                    "grad_dtype": None, "precision": precision, "conv_flop_share": conv_flop_share,
+                    "bucket_cap_mb": None, "buckets": []},
             "cluster": {"launcher": "imported", "backend": "unknown", "device": device,
                         "world_size": ref.world_size, "nodes": len(ref.workers_per_node),
                         "workers_per_node": list(ref.workers_per_node), "instance_types": [itype],
@@ -293,7 +299,7 @@ def _earlier_rows(doc: dict[str, Any]) -> list[TraceRow]:
     return [TraceRow(int(r.get("line") or 1), model, itype, tuple(r["workers_per_node"]), int(r["local_batch_size"]),
                      float(r["step_time_ms"]) / 1e3,
                      None if r.get("sync_time_ms") is None else float(r["sync_time_ms"]) / 1e3,
-                     job.get("param_count"), job.get("grad_bytes"), job.get("precision"))
+                     job.get("param_count"), job.get("grad_bytes"), job.get("precision"), job.get("conv_flop_share"))
             for r in doc.get("runs") or []]
 
 

@@ -245,6 +245,8 @@ def test_cli_show_json_and_unknown():
     # V100's measured speed factors (srifty/data/gpu_speed_corrections.csv); T4 has none
     shipped = {(c.gpu_name, c.flops): c.factor for c in Catalog.default().speed_corrections}
     assert doc["gpu_speed_factors"] == {"fp16": shipped[("V100", "fp16")], "fp32": shipped[("V100", "fp32")]}
+    conv = {(c.gpu_name, c.flops): c.conv_factor for c in Catalog.default().speed_corrections}
+    assert doc["gpu_speed_conv_factors"] == {"fp16": conv[("V100", "fp16")], "fp32": conv[("V100", "fp32")]}
     r = CliRunner().invoke(cli, ["catalog", "show", "g4dn.xlarge", "--json"])
     assert json.loads(r.stdout)["gpu_speed_factors"] == {}
     r = CliRunner().invoke(cli, ["catalog", "show", "p6-b200.48xlarge"])

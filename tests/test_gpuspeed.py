@@ -27,7 +27,7 @@ def test_fit_recovers_the_factors_behind_synthetic_rates() -> None:
     for net, scale in (("a", 1.0), ("b", 7.0), ("c", 0.05)):  # each network its own unit and size
         for gpu, f in truth.items():
             rates.append(SingleGpuRate("lambda", ("v1", net, "amp", "x/s"), gpu, "amp",
-                                       scale * _spec_speed(cat, gpu, "amp") * f))
+                                       scale * _spec_speed(cat, gpu, "amp") * f, conv_share=0.0))
     # a GPU alone in its group says nothing of ratios; a GPU without specs (P100) is skipped
     rates.append(SingleGpuRate("lambda", ("v1", "d", "amp", "x/s"), "B200", "amp", 123.0))
     rates.append(SingleGpuRate("lambda", ("v1", "a", "amp", "x/s"), "P100", "amp", 5.0))
@@ -41,8 +41,32 @@ def test_fit_recovers_the_factors_behind_synthetic_rates() -> None:
     # a stronger ridge pulls every factor towards 1 (a GPU with few rates keeps its spec figure)
     shrunk = {c.gpu_name: c.factor for c in fit_speed_corrections(rates, cat, ridge=10.0)}
     assert all(abs(math.log(shrunk[g])) < abs(math.log(fit[g].factor)) for g in truth)
+    # no convolutional network among the rates: nothing says how convolutions differ
+    assert all(c.conv_factor == pytest.approx(1.0) for c in fit.values())
     # keep= filters rates out of the fit
     assert {c.gpu_name for c in fit_speed_corrections(rates, cat, keep=lambda r: r.gpu != "V100")} == {"A100", "H100"}
+
+
+def test_fit_separates_convolutional_networks() -> None:
+    cat = Catalog.default()
+    factor = {"V100": 1.3, "A100": 1.0, "H100": 0.8}
+    conv = {"V100": 1.25, "A100": 0.8, "H100": 1.0}  # convolutions further, as share 1 networks show
+    rates = []
+    for net, scale, share in (("a", 1.0, 0.0), ("b", 7.0, 0.0), ("c", 0.05, 1.0), ("d", 3.0, 1.0), ("e", 2.0, 0.5)):
+        for gpu in factor:
+            rates.append(SingleGpuRate("lambda", ("v1", net, "amp", "x/s"), gpu, "amp",
+                                       scale * _spec_speed(cat, gpu, "amp") * factor[gpu] * conv[gpu] ** share,
+                                       conv_share=share))
+    fit = {c.gpu_name: c for c in fit_speed_corrections(rates, cat, ridge=1e-9)}
+    assert fit["V100"].factor / fit["H100"].factor == pytest.approx(1.3 / 0.8, rel=1e-3)
+    assert fit["V100"].conv_factor / fit["A100"].conv_factor == pytest.approx(1.25 / 0.8, rel=1e-3)
+    # a transfer carries a convolutional network by both factors, another by the first alone
+    hw = {g: spec_hardware(cat.gpu_spec(g), fit.values()) for g in factor}
+    for share in (0.0, 0.5, 1.0):
+        sa, sb = transfer_speeds(hw["V100"], hw["A100"], "amp", share)
+        truth = _spec_speed(cat, "A100", "amp") * 1.0 * 0.8 ** share / (
+            _spec_speed(cat, "V100", "amp") * 1.3 * 1.25 ** share)
+        assert sb / sa == pytest.approx(truth, rel=1e-3)
 
 
 def test_shipped_factors_are_the_fit_of_the_shipped_trace() -> None:
@@ -52,6 +76,7 @@ def test_shipped_factors_are_the_fit_of_the_shipped_trace() -> None:
     assert [(c.gpu_name, c.flops, c.rates, c.networks) for c in shipped] == \
         [(c.gpu_name, c.flops, c.rates, c.networks) for c in fresh]
     assert [c.factor for c in shipped] == pytest.approx([c.factor for c in fresh], abs=1e-4)
+    assert [c.conv_factor for c in shipped] == pytest.approx([c.conv_factor for c in fresh], abs=1e-4)
     # what the data says: B200 runs well below its spec ratio, V100 above it
     by = {(c.gpu_name, c.flops): c.factor for c in shipped}
     assert by[("B200", "fp16")] < 0.85 and by[("V100", "fp32")] > 1.05
@@ -81,15 +106,19 @@ def test_shipped_transfer_error_is_the_spread_of_the_shipped_checks() -> None:
 def test_transfer_speeds_apply_factors_only_between_two_measured_gpus() -> None:
     cat = Catalog.default()
     by = {(c.gpu_name, c.flops): c.factor for c in cat.speed_corrections}
+    conv = {(c.gpu_name, c.flops): c.conv_factor for c in cat.speed_corrections}
     p4d, p3, g4dn = (hardware_of(cat, t) for t in ("p4d.24xlarge", "p3.8xlarge", "g4dn.xlarge"))
     a100, v100 = cat.gpu_spec("A100"), cat.gpu_spec("V100")
     # speed_for stays the spec figure; the factor is that of the FLOPS figure the precision runs on
     assert p4d.speed_for("amp") == pytest.approx(
         math.sqrt(a100.fp16_bf16_tensor_tflops_dense * a100.memory_bandwidth_gbytes_per_s))
-    assert p4d.speed_factor("amp") == by[("A100", "fp16")] and p4d.speed_factor("tf32") == by[("A100", "tf32")]
+    assert p4d.speed_factor("amp", 0.0) == by[("A100", "fp16")] and p4d.speed_factor("tf32", 0.0) == by[("A100", "tf32")]
     assert p4d.speed_factor("fp32") is None  # no FP32 factor fitted for A100
-    assert p3.flops_kind("tf32") == "fp32" and p3.speed_factor("tf32") == by[("V100", "fp32")]  # V100: no TF32
-    sa, sb = transfer_speeds(p3, p4d, "amp")
+    assert p3.flops_kind("tf32") == "fp32" and p3.speed_factor("tf32", 0.0) == by[("V100", "fp32")]  # V100: no TF32
+    # a convolutional network takes the convolution factor too; one whose share is unknown, half of it in log
+    assert p4d.speed_factor("amp", 1.0) == pytest.approx(by[("A100", "fp16")] * conv[("A100", "fp16")])
+    assert p4d.speed_factor("amp") == pytest.approx(by[("A100", "fp16")] * math.sqrt(conv[("A100", "fp16")]))
+    sa, sb = transfer_speeds(p3, p4d, "amp", 0.0)
     assert sb / sa == pytest.approx(_spec_speed(cat, "A100", "amp") * by[("A100", "fp16")]
                                     / (math.sqrt(v100.fp16_bf16_tensor_tflops_dense * v100.memory_bandwidth_gbytes_per_s)
                                        * by[("V100", "fp16")]))
@@ -106,7 +135,8 @@ def test_transfer_check_fits_factors_without_the_network_under_test() -> None:
     rates = read_lambda_single_gpu(LAMBDA)[0]
     c = next(c for c in checks if c.dataset == "lambda" and c.group[:3] == ("v2", "ResNet-50 v1.5", "amp")
              and (c.source_gpu, c.target_gpu) == ("H100", "B200"))
-    fit = {(f.gpu_name, f.flops): f.factor
+    # ResNet-50 is convolutional (data/traces/model_conv_share.csv): both factors apply
+    fit = {(f.gpu_name, f.flops): f.factor * f.conv_factor
            for f in fit_speed_corrections(rates, cat, keep=lambda r: r.group[1] != "ResNet-50 v1.5")}
     spec = _spec_speed(cat, "B200", "amp") / _spec_speed(cat, "H100", "amp")
     assert c.predicted_ratio["spec"] == pytest.approx(spec)
@@ -123,7 +153,7 @@ def test_transfer_check_fits_factors_without_the_network_under_test() -> None:
     d = next(c for c in checks if c.dataset == "nvidia-dle" and c.group[:3] == ("resnet50v1.5", "PyTorch", "amp")
              and (c.source_gpu, c.target_gpu) == ("V100", "A100-80GB"))
     assert d.measured_ratio == pytest.approx(rate["A100-SXM4-80GB"] / rate["V100-SXM2-16GB"])
-    every = {(f.gpu_name, f.flops): f.factor for f in fit_speed_corrections(rates, cat)}
+    every = {(f.gpu_name, f.flops): f.factor * f.conv_factor for f in fit_speed_corrections(rates, cat)}
     spec = _spec_speed(cat, "A100-80GB", "amp") / _spec_speed(cat, "V100", "amp")
     assert d.predicted_ratio["spec"] == pytest.approx(spec)
     assert d.predicted_ratio["srifty"] == pytest.approx(spec * every[("A100-80GB", "fp16")] / every[("V100", "fp16")])
@@ -142,3 +172,14 @@ def test_leave_one_type_out_refits_the_factors_without_the_held_out_chip() -> No
     assert {(c.gpu_name, c.flops): c.factor for c in held.speed_corrections} == refit
     assert cat.speed_corrections != held.speed_corrections  # the shipped catalog is untouched
     assert catalog_without_gpu_of(cat, "g4dn.12xlarge") is cat  # T4 has no factor: nothing to hold out
+
+
+def test_trace_models_carry_their_convolution_share() -> None:
+    from srifty.features import UNKNOWN_CONV_SHARE
+    from srifty.validate import read_dle_single_gpu
+
+    lam = {r.group[1]: r.conv_share for r in read_lambda_single_gpu(LAMBDA)[0]}
+    assert lam["ResNet-50 v1.5"] == 1.0 and lam["BERT-large (SQuAD fine-tune)"] == 0.0
+    assert lam["Tacotron2"] == UNKNOWN_CONV_SHARE  # convolutions beside LSTMs: not stated
+    dle = {r.group[0]: r.conv_share for r in read_dle_single_gpu(ROOT / "data/traces/nvidia_dle_single_gpu.csv")[0]}
+    assert dle["efficientnet: efficientnet-b0"] == 1.0 and dle["GNMT"] == 0.0

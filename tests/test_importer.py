@@ -36,6 +36,28 @@ def test_round_trip(tmp_path: Path) -> None:
     assert job.measured("g4dn.12xlarge", [2, 2], 32) == pytest.approx(150.0)
 
 
+def test_a_trace_s_convolution_share_picks_the_gpu_speed_factors(tmp_path: Path) -> None:
+    from srifty import api
+    from srifty.catalog import Catalog
+
+    head = "model,instance_type,placement,local_batch_size,step_time_s,precision,conv_flop_share\n"
+    for share in ("0", "1", ""):
+        trace = tmp_path / f"t{share}.csv"
+        trace.write_text(head + f"m,p3.2xlarge,1,64,0.2,amp,{share}\n")
+        import_trace(trace, tmp_path / f"out{share}")
+    assert load_job(tmp_path / "out1/m").conv_flop_share == 1.0 and load_job(tmp_path / "out/m").conv_flop_share is None
+    step = {share: api.predict([str(tmp_path / f"out{share}/m")], ["1xp4d.24xlarge:1"])[0].iteration_ms
+            for share in ("0", "1", "")}
+    # V100 -> A100: the same spec ratio, the factors of a network with and without convolutions
+    conv = {c.gpu_name: c.conv_factor for c in Catalog.default().speed_corrections if c.flops == "fp16"}
+    assert step["0"] / step["1"] == pytest.approx(conv["A100"] / conv["V100"], rel=1e-6)
+    assert step[""] == pytest.approx(math.sqrt(step["0"] * step["1"]), rel=1e-6)  # unknown: halfway in log
+    bad = tmp_path / "bad.csv"
+    bad.write_text(head + "m,p3.2xlarge,1,64,0.2,amp,1.5\n")
+    with pytest.raises(TraceError, match="conv_flop_share must be a share between 0 and 1"):
+        read_trace(bad)
+
+
 def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text(HEADER + "m1,g4dn.12xlarge,1,32,0.1,,1000\n"     # param_count stated

@@ -97,6 +97,7 @@ def test_cnn_profile_counts_flops_and_picks_tf32(cnn_profile: profile_mod.Profil
     job = cnn_profile.doc["job"]
     assert job["forward_flops"] == total
     assert job["tf32_flop_share"] == pytest.approx(conv / total)
+    assert job["conv_flop_share"] == pytest.approx(conv / total)  # picks the GPU speed factors of convolutions
     assert job["precision"] == "tf32"
 
 
@@ -183,7 +184,7 @@ def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     # an MLP under the default float32 matmul precision: no TF32, float32 math
     job = doc["job"]
     assert job["forward_flops"] == 2 * 32 * (64 * 256 + 256 * 256 + 256 * 10)
-    assert (job["tf32_flop_share"], job["precision"]) == (0.0, "float32")
+    assert (job["tf32_flop_share"], job["conv_flop_share"], job["precision"]) == (0.0, 0.0, "float32")
     # one whole iteration's operators: two micro-batches, so twice the forward's arithmetic; the
     # backward computes weight gradients of the three layers and input gradients of the last two
     ops = job["operators"]

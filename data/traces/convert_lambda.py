@@ -17,7 +17,9 @@ that ran FP32 matrix multiplies and convolutions on TF32 tensor cores by default
 (PyTorch 1.7-1.11 defaults, and NVIDIA's containers); on the V100 of p3 it is plain FP32. That
 matters only when compute is transferred between GPU generations (srifty's spec ratio then uses
 the A100's TF32 figure); it is an assumption about the software, stated here. Parameter counts come
-from lambda_param_counts.csv (param_counts.py), blank where no source states the architecture.
+from lambda_param_counts.csv (param_counts.py), blank where no source states the architecture;
+the share of the forward FLOPs in convolutions from model_conv_share.csv (each network's
+architecture), which picks the GPU speed factors when compute is transferred across GPUs.
 """
 import csv
 import re
@@ -27,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "lambda_ec2_throughput.csv"
 PARAMS = HERE / "lambda_param_counts.csv"
+CONV = HERE / "model_conv_share.csv"
 OUT = HERE / "lambda_ec2.import.csv"
 SAMPLE_UNITS = {"images/s", "sequences/s", "samples/s"}
 NAMES = {"ResNet-50 v1.5": "resnet50", "SSD300 (ResNet-50)": "ssd300", "Mask R-CNN (R-50-FPN)": "maskrcnn",
@@ -35,6 +38,7 @@ NAMES = {"ResNet-50 v1.5": "resnet50", "SSD300 (ResNet-50)": "ssd300", "Mask R-C
 
 def main() -> int:
     params = {r["model"]: r["param_count"] for r in csv.DictReader(PARAMS.open())}
+    conv = {r["model"]: r["conv_flop_share"] for r in csv.DictReader(CONV.open()) if r["dataset"] == "lambda"}
     kept, skipped = [], {"unit not in samples": 0, "batch not divisible by the GPUs": 0}
     for r in csv.DictReader(SRC.open()):
         if r["throughput_unit"] not in SAMPLE_UNITS or not r["throughput_samples_per_s"]:
@@ -54,6 +58,7 @@ def main() -> int:
             "step_time_s": f"{batch / float(r['throughput_samples_per_s']):.6g}", "sync_time_s": "",
             "param_count": params.get(r["model"], ""), "grad_bytes": "",
             "precision": {"fp32": "tf32", "fp16": "fp16", "amp": "amp"}[precision],
+            "conv_flop_share": conv.get(r["model"], ""),
         })
     kept.sort(key=lambda k: (k["model"], k["instance_type"], int(k["placement"])))
     with OUT.open("w", newline="") as fh:

@@ -87,12 +87,12 @@ def resolve_advisor_commit(commit: str | None) -> str:
 # Measured factors on the spec speed ratio of GPUs: read here with the rest of the shipped data,
 # fitted by srifty.gpuspeed (`make gpu-speed`).
 
-CORRECTION_COLUMNS = ("gpu_name", "flops", "factor", "rates", "networks")
+CORRECTION_COLUMNS = ("gpu_name", "flops", "factor", "conv_factor", "rates", "networks")
 
 
 def write_corrections(corrections: Sequence[SpeedCorrection], path: str | Path) -> None:
     lines = [",".join(CORRECTION_COLUMNS)]
-    lines += [f"{c.gpu_name},{c.flops},{c.factor:.4f},{c.rates},{c.networks}" for c in corrections]
+    lines += [f"{c.gpu_name},{c.flops},{c.factor:.4f},{c.conv_factor:.4f},{c.rates},{c.networks}" for c in corrections]
     atomic_write_text(Path(path), "\n".join(lines) + "\n")
 
 
@@ -102,7 +102,8 @@ def read_corrections(path: str | Path) -> list[SpeedCorrection]:
     if not path.exists():
         return []
     with path.open(newline="") as fh:
-        return [SpeedCorrection(r["gpu_name"], r["flops"], float(r["factor"]), int(r["rates"]), int(r["networks"]))
+        return [SpeedCorrection(r["gpu_name"], r["flops"], float(r["factor"]), int(r["rates"]), int(r["networks"]),
+                                float(r.get("conv_factor") or 1.0))
                 for r in csv.DictReader(fh)]
 
 

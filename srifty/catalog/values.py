@@ -206,10 +206,12 @@ class CatalogSource:
 # read and written with the rest of the shipped data (files.read_corrections, files.write_corrections).
 @dataclass(frozen=True)
 class SpeedCorrection:
-    """The factor on one GPU's spec speed for work on one of its FLOPS figures."""
+    """The factor on one GPU's spec speed for work on one of its FLOPS figures: ``factor`` ×
+    ``conv_factor`` ** s for a job whose forward FLOPs are a share s convolutions."""
 
     gpu_name: str
     flops: str  # "fp16", "tf32" or "fp32": the figure Hardware.flops_kind picks for the precision
     factor: float
     rates: int  # measured rates of this GPU and figure that informed it
     networks: int  # distinct networks among them
+    conv_factor: float = 1.0  # how much further convolutional networks depart from the spec

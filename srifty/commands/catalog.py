@@ -166,7 +166,8 @@ def show_cmd(ctx: click.Context, instance_type: str, as_json: bool) -> None:
     if as_json:
         doc = {"schema": 1, "source": cat.source.kind, "instance_type": it.to_dict(),
                "gpu_spec": None if spec is None else spec.__dict__,
-               "gpu_speed_factors": {c.flops: c.factor for c in factors}}
+               "gpu_speed_factors": {c.flops: c.factor for c in factors},
+               "gpu_speed_conv_factors": {c.flops: c.conv_factor for c in factors}}
         click.echo(json.dumps(doc, indent=1))
         return
     from rich.table import Table
@@ -196,7 +197,8 @@ def show_cmd(ctx: click.Context, instance_type: str, as_json: bool) -> None:
                                   f"FP16-BF16 {g(spec.fp16_bf16_tensor_tflops_dense, '')} TFLOPS dense; "
                                   f"{g(spec.memory_bandwidth_gbytes_per_s, ' GB/s')}; SMs {g(spec.sm_count, '')}")
         if factors:  # srifty.gpuspeed: what transfers between two measured GPUs use
-            facts.add_row("measured speed", ", ".join(f"{c.flops.upper()} ×{c.factor:.2f}" for c in factors)
+            facts.add_row("measured speed", ", ".join(f"{c.flops.upper()} ×{c.factor:.2f} (CNNs ×{c.conv_factor:.2f} more)"
+                                                      for c in factors)
                           + f" on spec, against other measured GPUs ({max(c.rates for c in factors)} benchmark rates)")
     console.print(facts)
     prices = Table(title="prices ($/h)", title_justify="left")

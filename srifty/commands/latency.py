@@ -28,7 +28,9 @@ Examples:
   srifty import my_trace.csv --out profiles/mine --skip-bad
 
 Columns: model, instance_type, placement, local_batch_size, step_time_s; optional
-sync_time_s, param_count, grad_bytes, precision. placement = workers per node joined by
+sync_time_s, param_count, grad_bytes, precision, conv_flop_share (the share of the forward's
+FLOPs in convolutions, 0-1: picks the GPU speed factors when compute is carried to another
+GPU; without it srifty takes the middle). placement = workers per node joined by
 '+' (4+4, 1+1+1+3). Writes DIR/<model>/<instance_type>.json; a profile imported there
 before keeps its runs and gains the new ones (--replace starts afresh). Give param_count (or
 grad_bytes): without it, or a one-node multi-worker row with sync_time_s, communication

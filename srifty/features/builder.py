@@ -179,7 +179,7 @@ class FeatureBuilder:
         fa, fb = self.job.cpu_factors.get(a), self.job.cpu_factors.get(b)
         if fa and fb:
             return 1.0 / fa, 1.0 / fb
-        sa, sb = transfer_speeds(self.hardware(a), self.hardware(b), self.job.precision)
+        sa, sb = transfer_speeds(self.hardware(a), self.hardware(b), self.job.precision, self.job.conv_flop_share)
         if sa is None or sb is None:
             return None
         return sa, sb

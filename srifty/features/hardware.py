@@ -24,6 +24,9 @@ INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
 EFA_MIN_GBPS = 100  # EFA-capable types at >= 100 Gbps are taken to run NCCL over EFA (aws-ofi-nccl)
 HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
+# a job whose profile does not say what share of its FLOPs are convolutions: halfway, in log, between
+# the measured factors of a network without convolutions and of a convolutional one
+UNKNOWN_CONV_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class Hardware:
     inter_kind: str = "tcp"  # "efa" or "tcp" (ENA); emulated hosts: "tbf"
     # measured factors on the spec speed, per FLOPS figure ("fp16", "tf32", "fp32"): srifty.gpuspeed
     speed_factors: tuple[tuple[str, float], ...] = ()
+    # the further factor per FLOPS figure for convolutions, applied as conv_factor ** (conv FLOP share)
+    conv_speed_factors: tuple[tuple[str, float], ...] = ()
 
     @property
     def hierarchical_allreduce(self) -> bool:
@@ -70,10 +75,16 @@ class Hardware:
         kind = self.flops_kind(precision)
         return {"fp16": self.fp16_tflops, "tf32": self.tf32_tflops}.get(kind, self.fp32_tflops)
 
-    def speed_factor(self, precision: str | None) -> float | None:
-        """The measured factor on this GPU's spec speed for work in ``precision`` (srifty.gpuspeed),
-        None where none was fitted."""
-        return dict(self.speed_factors).get(self.flops_kind(precision))
+    def speed_factor(self, precision: str | None, conv_share: float | None = None) -> float | None:
+        """The measured factor on this GPU's spec speed for work in ``precision`` (srifty.gpuspeed)
+        by a job whose forward FLOPs are a share ``conv_share`` convolutions (None: not known,
+        :data:`UNKNOWN_CONV_SHARE`); None where none was fitted."""
+        kind = self.flops_kind(precision)
+        factor = dict(self.speed_factors).get(kind)
+        if factor is None:
+            return None
+        share = UNKNOWN_CONV_SHARE if conv_share is None else min(max(conv_share, 0.0), 1.0)
+        return factor * dict(self.conv_speed_factors).get(kind, 1.0) ** share
 
     def speed_for(self, precision: str | None) -> float | None:
         """Relative speed for work in ``precision`` by the spec sheet: √(FLOPS × memory bandwidth),
@@ -87,13 +98,15 @@ class Hardware:
         return self.cpu_share
 
 
-def transfer_speeds(a: Hardware, b: Hardware, precision: str | None) -> tuple[float | None, float | None]:
+def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
+                    conv_share: float | None = None) -> tuple[float | None, float | None]:
     """The speeds that transfer compute from ``a`` to ``b``: the spec speeds, times the measured
-    factors when *both* GPUs have one for the precision's FLOPS figure. A factor says how a GPU
+    factors (for a job whose forward FLOPs are a share ``conv_share`` convolutions, None if not
+    known) when *both* GPUs have one for the precision's FLOPS figure. A factor says how a GPU
     runs against its spec relative to the other measured GPUs; held against a GPU without one it
     did worse than the spec ratio alone (leave one chip out of Lambda's tables: 28.5% against
     26.8%, docs/latency-model.md)."""
-    fa, fb = a.speed_factor(precision), b.speed_factor(precision)
+    fa, fb = a.speed_factor(precision, conv_share), b.speed_factor(precision, conv_share)
     sa, sb = a.speed_for(precision), b.speed_for(precision)
     if fa is None or fb is None or sa is None or sb is None:
         return sa, sb
@@ -152,5 +165,7 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
                     fp16_tflops=spec.fp16_bf16_tensor_tflops_dense if spec else None,
                     speed_factors=tuple((c.flops, c.factor) for c in catalog.speed_corrections
                                         if c.gpu_name == it.gpu_name) if spec else (),
+                    conv_speed_factors=tuple((c.flops, c.conv_factor) for c in catalog.speed_corrections
+                                             if c.gpu_name == it.gpu_name) if spec else (),
                     intra_kind="nvlink" if re.match(r"\s*(nvlink|nvswitch)", it.intra_node_link or "", re.I) else "pcie",
                     inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp")

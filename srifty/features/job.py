@@ -140,6 +140,7 @@ class JobProfile:
     cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
     machine_cores: float | None = None  # emulated hosts: cores of the machine they share
     forward_flops_per_sample: float | None = None  # counted by the profiler (torch.utils.flop_counter)
+    conv_flop_share: float | None = None  # the share of those FLOPs in convolutions (profiler or trace)
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
@@ -262,6 +263,8 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.param_count = job.param_count or j.get("param_count")
         job.grad_bytes = job.grad_bytes or j.get("grad_bytes")
         job.precision = job.precision or j.get("precision")
+        if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
+            job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:
             job.forward_flops_per_sample = float(j["forward_flops"]) / float(j["local_batch_size"])
         if job.operators is None and j.get("operators"):

@@ -110,6 +110,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "autocast_dtype": model.get("autocast_dtype"),
             "forward_flops": model.get("forward_flops"),
             "tf32_flop_share": tf32_flop_share(model),
+            "conv_flop_share": model.get("conv_flop_share"),
             "operators": model.get("operators"),
             "bucket_cap_mb": model.get("bucket_cap_mb"),
             "buckets": layout,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from srifty.gpuspeed import SingleGpuRate, read_lambda_single_gpu
+from srifty.gpuspeed import CONV_SHARES_CSV, SingleGpuRate, read_conv_shares, read_lambda_single_gpu, with_conv_shares
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -73,6 +73,7 @@ def read_gavel(path: str | Path) -> tuple[dict[tuple[str, str, str], float], dic
 def _gavel_rates(path: Path) -> tuple[list[SingleGpuRate], list[str]]:
     single, multi = read_gavel(path)
     out = [SingleGpuRate("gavel", (model, batch), gpu, "fp32", rate) for (model, batch, gpu), rate in sorted(single.items())]
+    out = with_conv_shares(out, read_conv_shares(path.parent / CONV_SHARES_CSV), lambda r: r.group[0])
     # the multi-GPU rows, read as iterations/s summed over the workers: per-GPU speed against alone
     eff = [v / n / single[(m, b, g)] for (m, b, g, n), v in multi.items() if (m, b, g) in single]
     notes = []
@@ -111,6 +112,7 @@ def read_dle_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[str
             rates.setdefault(key, []).append(float(r["throughput_value"]))
     out = [SingleGpuRate("nvidia-dle", (model, fw, prec, unit), gpu, prec, statistics.median(v))
            for (model, fw, prec, unit, gpu), v in sorted(rates.items())]
+    out = with_conv_shares(out, read_conv_shares(Path(path).parent / CONV_SHARES_CSV), lambda r: r.group[0])
     notes = ["NVIDIA DeepLearningExamples: each GPU's rate is the median over a README's rows (their batch sizes "
              "and configurations differ), a cruder pairing than Gavel's or Lambda's."]
     if left:
@@ -166,7 +168,7 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
     def predicted(src: SingleGpuRate, dst: SingleGpuRate) -> dict[str, float]:
         ss, sd = specs[src.gpu], specs[dst.gpu]
         fit = factors(src.group[1] if src.dataset == "lambda" else None)
-        fs, fd = transfer_speeds(spec_hardware(ss, fit), spec_hardware(sd, fit), src.precision)
+        fs, fd = transfer_speeds(spec_hardware(ss, fit), spec_hardware(sd, fit), src.precision, src.conv_share)
         return {"srifty": fd / fs,
                 "spec": spec_hardware(sd).speed_for(dst.precision) / spec_hardware(ss).speed_for(src.precision),
                 "fp32-flops": sd.fp32_tflops / ss.fp32_tflops,
