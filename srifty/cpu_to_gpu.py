@@ -167,10 +167,11 @@ def leave_one_model_out(all_pairs: Sequence[StepPair], catalog: Catalog, predict
 def validate_cpu_to_gpu(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
                         predictor: Predictor) -> list[HeldOut]:
     """:func:`leave_one_model_out` over the pairs of ``cpu_dir`` and ``gpu_dir``, a GPU the model
-    never saw widened by the shipped GPU-to-GPU transfer error (srifty.model.gpu_transfer_error)."""
+    never saw widened by the shipped GPU-to-GPU transfer error of the spec ratio alone, as the
+    operator model takes another GPU's spec figures (srifty.model.gpu_transfer_error)."""
     spread = gpu_transfer_error()
     return leave_one_model_out(pairs(cpu_dir, gpu_dir, catalog), catalog, predictor,
-                               (spread.q05, spread.q95) if spread else (0.0, 0.0))
+                               spread.bounds(by_spec=True) if spread else (0.0, 0.0))
 
 
 def render(checks: Sequence[HeldOut], shipped: GpuStepModel | None, command: str) -> str:

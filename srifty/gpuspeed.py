@@ -64,16 +64,31 @@ class TransferError:
     """How far a compute time transferred to another GPU has missed: the 5% and 95% quantiles of
     log(measured time / transferred time) over single-GPU rates measured on two GPUs (Lambda's
     tables with each network's own factors left out of the fit, NVIDIA DeepLearningExamples and
-    Gavel, which no fit uses). The latency model widens the interval of a transferred
-    prediction by it (srifty.model.LatencyModel.predict_interval)."""
+    Gavel, which no fit uses): ``q05``/``q95`` of srifty's ratio where both GPUs have measured
+    factors, ``spec_q05``/``spec_q95`` of the spec ratio alone, what a transfer to or from a GPU
+    without factors (T4, A10G, L4, ...) takes. The latency model widens the interval of a
+    transferred prediction by the one its transfer used (srifty.model.LatencyModel.predict_interval)."""
 
     q05: float
     q95: float
     transfers: int
+    spec_q05: float | None = None  # None (an older file): as q05/q95
+    spec_q95: float | None = None
+    spec_transfers: int = 0
+
+    def bounds(self, by_spec: bool) -> tuple[float, float]:
+        """(q05, q95) of a transfer by the spec ratio alone (``by_spec``) or with measured factors."""
+        if by_spec and self.spec_q05 is not None and self.spec_q95 is not None:
+            return self.spec_q05, self.spec_q95
+        return self.q05, self.q95
 
     def to_json(self) -> str:
         return json.dumps({"q05": round(self.q05, 4), "q95": round(self.q95, 4), "transfers": self.transfers,
-                           "what": "quantiles of log(measured / transferred time) of srifty's GPU speed ratio; "
+                           "spec_q05": None if self.spec_q05 is None else round(self.spec_q05, 4),
+                           "spec_q95": None if self.spec_q95 is None else round(self.spec_q95, 4),
+                           "spec_transfers": self.spec_transfers,
+                           "what": "quantiles of log(measured / transferred time) of srifty's GPU speed ratio with "
+                                   "measured factors (q05, q95) and of the spec ratio alone (spec_q05, spec_q95); "
                                    "written by `make gpu-speed` (scripts/fit_gpu_speed.py)"}, indent=1) + "\n"
 
 
@@ -83,7 +98,10 @@ def read_transfer_error(path: str | Path) -> TransferError | None:
     if not path.exists():
         return None
     d = json.loads(path.read_text())
-    return TransferError(float(d["q05"]), float(d["q95"]), int(d["transfers"]))
+    spec = (d.get("spec_q05"), d.get("spec_q95"))
+    return TransferError(float(d["q05"]), float(d["q95"]), int(d["transfers"]),
+                         None if spec[0] is None else float(spec[0]), None if spec[1] is None else float(spec[1]),
+                         int(d.get("spec_transfers") or 0))
 
 
 def read_conv_shares(path: str | Path) -> dict[tuple[str, str], float]:

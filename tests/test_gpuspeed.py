@@ -92,13 +92,24 @@ def test_transfer_error_is_the_spread_of_transferred_over_measured_time() -> Non
     logs = np.log([2.0, 1.25, 1.0, 0.8, 0.5])
     assert (spread.q05, spread.q95, spread.transfers) == pytest.approx(
         (np.quantile(logs, 0.05), np.quantile(logs, 0.95), 5))
+    assert spread.bounds(by_spec=True) == (spread.q05, spread.q95)  # no spec ratio given: the same
+    # with measured factors on some: srifty's spread over those; the spec ratio's over all
+    checks = [TransferCheck("x", ("m",), "A", "B", measured, {"srifty": 1.0, "spec": spec}, factors)
+              for measured, spec, factors in ((0.5, 1.0, False), (0.9, 1.0, True), (1.1, 1.0, True), (2.0, 1.0, False))]
+    spread = transfer_spread(checks)
+    mine, spec = np.log([1 / 0.9, 1 / 1.1]), np.log([2.0, 1 / 0.9, 1 / 1.1, 0.5])
+    assert (spread.q05, spread.q95, spread.transfers) == pytest.approx((np.quantile(mine, 0.05), np.quantile(mine, 0.95), 2))
+    assert (spread.spec_q05, spread.spec_q95, spread.spec_transfers) == pytest.approx(
+        (np.quantile(spec, 0.05), np.quantile(spec, 0.95), 4))
+    assert spread.bounds(by_spec=True) == (spread.spec_q05, spread.spec_q95)
 
 
 def test_shipped_transfer_error_is_the_spread_of_the_shipped_checks() -> None:
     shipped = read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)
     fresh = transfer_spread(validate_gpu_transfer(Catalog.default())[0])
-    assert shipped.transfers == fresh.transfers > 600
+    assert shipped.transfers == fresh.transfers > 600 and shipped.spec_transfers == fresh.spec_transfers
     assert (shipped.q05, shipped.q95) == pytest.approx((fresh.q05, fresh.q95), abs=1e-4)
+    assert (shipped.spec_q05, shipped.spec_q95) == pytest.approx((fresh.spec_q05, fresh.spec_q95), abs=1e-4)
     # each pair is checked both ways, so the spread is symmetric; transfers miss by up to ~1.8x
     assert shipped.q05 == pytest.approx(-shipped.q95) and 0.3 < shipped.q95 < 1.0
 

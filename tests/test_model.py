@@ -479,7 +479,7 @@ def test_transferred_gpu_compute_widens_the_interval_by_the_measured_transfer_sp
     emulated["emulated"] = 1.0
     monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: None)
     base_lo, base_hi = lm.predict_interval(rows)
-    spread = TransferError(q05=-0.6, q95=0.4, transfers=10)
+    spread = TransferError(q05=-0.6, q95=0.4, transfers=10, spec_q05=-0.9, spec_q95=0.7, spec_transfers=12)
     monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: spread)
     lo, hi = lm.predict_interval(rows)
     centre = np.log(lm.predict(rows) / rows["sim_ms"].to_numpy())
@@ -489,6 +489,11 @@ def test_transferred_gpu_compute_widens_the_interval_by_the_measured_transfer_sp
     below, above = centre[1] - np.log(base_lo[1] / sim[1]), np.log(base_hi[1] / sim[1]) - centre[1]
     assert np.log(lo[1] / sim[1]) == pytest.approx(centre[1] - np.hypot(below, 0.6))
     assert np.log(hi[1] / sim[1]) == pytest.approx(centre[1] + np.hypot(above, 0.4))
+    # carried by the spec ratio alone (a GPU without measured factors): that ratio's spread
+    by_spec = rows.assign(spec_transfer=[0.0, 1.0])
+    lo, hi = lm.predict_interval(by_spec)
+    assert np.log(lo[1] / sim[1]) == pytest.approx(centre[1] - np.hypot(below, 0.9))
+    assert np.log(hi[1] / sim[1]) == pytest.approx(centre[1] + np.hypot(above, 0.7))
     # emulated hosts transfer by measured CPU factors, not GPU spec ratios: unchanged
     monkeypatch.setattr(model_mod, "gpu_transfer_error", lambda: None)
     emu_lo, emu_hi = lm.predict_interval(emulated)
@@ -764,6 +769,19 @@ def test_predict_json_shape(model_file: Path) -> None:
                    "1xp5.48xlarge", "-b", "256", "--model", str(model_file), "--json")
     assert res.exit_code == 0, res.stderr
     assert "by GPU/CPU spec ratio with measured GPU speed factors, a rough estimate" in res.stderr
+    # to a GPU without measured factors (A10G): the spec ratio alone, which the feature table marks
+    # so that the interval takes that ratio's spread
+    res = _predict("--profile", str(ROOT / "profiles/lambda/resnet50-amp/p3.8xlarge.json"), "--config",
+                   "1xg5.xlarge", "-b", "256", "--model", str(model_file), "--json")
+    assert res.exit_code == 0, res.stderr
+    assert "by GPU/CPU spec ratio, a rough estimate" in res.stderr
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, load_job
+
+    fb = FeatureBuilder(load_job(ROOT / "profiles/lambda/resnet50-amp/p3.8xlarge.json"), Catalog.default())
+    table = fb.frame([(parse_config(c), 256) for c in ("1xp3.8xlarge", "1xp5.48xlarge", "1xg5.xlarge")])
+    assert table["spec_transfer"].tolist() == [0.0, 0.0, 1.0]
 
 
 def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_runs(pollux_jobs: list[Any],

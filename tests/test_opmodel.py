@@ -192,3 +192,15 @@ def test_recommend_says_what_would_measure_the_chosen_compute() -> None:
     expected = [r["config"] for r in doc["recommendations"][1:]
                 if span(r)[1] >= c0 and span(r)[0] <= c1]
     assert advice["overlapping"] == expected
+
+
+def test_another_gpu_takes_the_spread_of_the_spec_ratio() -> None:
+    # the operator model puts another GPU at its spec figures, no measured speed factors: its step
+    # there misses as the spec ratio's transfers did (srifty/data/gpu_transfer_error.json)
+    from srifty.catalog import DATA_DIR, TRANSFER_ERROR_JSON
+    from srifty.gpuspeed import read_transfer_error
+    from srifty.opmodel import shipped_step_model
+
+    spread, model = read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON), shipped_step_model()
+    assert (model.other_gpu_q05, model.other_gpu_q95) == pytest.approx(spread.bounds(by_spec=True), abs=1e-4)
+    assert spread.spec_q95 > spread.q95  # the spec ratio alone misses further than with measured factors

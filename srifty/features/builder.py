@@ -106,6 +106,9 @@ class RowEstimate:
     # several workers of a job that neither records when its gradients become ready nor had that
     # read off its sync times (srifty.features.overlap): the feature table's overlap_unknown
     overlap_unknown: bool = False
+    # some worker's compute carried from another GPU by the spec ratio alone (no measured speed
+    # factors on one side): the feature table's spec_transfer, which picks the transfer's spread
+    spec_transfer: bool = False
 
 
 class FeatureBuilder:
@@ -316,12 +319,23 @@ class FeatureBuilder:
                 f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
         if self.job.cpu_factors.get(instance_type):
             return got[0], True, f"compute on {instance_type} transferred from {got[1]} by measured CPU factor ratio"
-        measured = all(self.hardware(t).speed_factor(self.job.precision) for t in (instance_type, got[1]))
         return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio"
-                              + (" with measured GPU speed factors" if measured else "") + ", a rough "
+                              + ("" if self.spec_transfer(instance_type) else " with measured GPU speed factors")
+                              + ", a rough "
                               "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
                               f"miss); profile on {instance_type} for a measured figure"
                               + self.launch_bound_note(instance_type, batch))
+
+    def spec_transfer(self, instance_type: str) -> bool:
+        """Whether ``instance_type``'s compute is carried from another type by the spec ratio alone:
+        never profiled, not by the operator model or measured CPU factors, and one of the two GPUs
+        without a measured speed factor for the job's precision."""
+        if (self.curve(instance_type) is not None or self.by_operators(instance_type)
+                or self.job.cpu_factors.get(instance_type)):
+            return False
+        got = self._transfer(instance_type, 1.0, self.curve)
+        return got is not None and not all(self.hardware(t).speed_factor(self.job.precision)
+                                           for t in (instance_type, got[1]))
 
     def post_ms(self, instance_type: str, batch: float) -> float:
         """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""
@@ -473,7 +487,8 @@ class FeatureBuilder:
             notes.extend(n for n in h.notes if n not in notes)
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
                            (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups),
-                           (step_low, step_high), overlap_unknown)
+                           (step_low, step_high), overlap_unknown,
+                           any(self.spec_transfer(g.instance_type) for g in config.groups))
 
     def worker(self, instance_type: str, batch: float) -> tuple[float, bool, str | None, float,
                                                                 tuple[float, float], str | None]:
@@ -506,10 +521,11 @@ class FeatureBuilder:
 
         out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
                 "batch_low": est.step_bounds[0], "batch_high": est.step_bounds[1],
-                "by_operators": float(est.by_operators), "overlap_unknown": float(est.overlap_unknown)}
+                "by_operators": float(est.by_operators), "overlap_unknown": float(est.overlap_unknown),
+                "spec_transfer": float(est.spec_transfer)}
                for est in estimates]
         return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators",
-                                                     "overlap_unknown"])
+                                                     "overlap_unknown", "spec_transfer"])
 
 
 def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:

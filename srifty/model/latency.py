@@ -416,9 +416,14 @@ class LatencyModel:
         moved = transferred & ~by_operators & (np.asarray(X["emulated"], dtype=float) == 0)
         if spread is not None and moved.any():
             # compute carried to a GPU nobody profiled misses by as much as measured transfers did
-            # (srifty.gpuspeed.TransferError), independently of the residual's error: in quadrature
-            lo = np.where(moved, center - np.hypot(center - lo, min(spread.q05, 0.0)), lo)
-            hi = np.where(moved, center + np.hypot(hi - center, max(spread.q95, 0.0)), hi)
+            # (srifty.gpuspeed.TransferError): those with measured speed factors on both GPUs, or
+            # by the spec ratio alone; independently of the residual's error: in quadrature
+            by_spec = np.asarray(X["spec_transfer"], dtype=float) > 0 if "spec_transfer" in X.columns \
+                else np.zeros(len(X), dtype=bool)
+            q05 = np.where(by_spec, spread.bounds(True)[0], spread.bounds(False)[0])
+            q95 = np.where(by_spec, spread.bounds(True)[1], spread.bounds(False)[1])
+            lo = np.where(moved, center - np.hypot(center - lo, np.minimum(q05, 0.0)), lo)
+            hi = np.where(moved, center + np.hypot(hi - center, np.maximum(q95, 0.0)), hi)
         if "batch_low" in X.columns:
             # the step could be anywhere within its bounds (RowEstimate.step_bounds: the compute's
             # at this batch, ComputeCurve.bounds, a point where measured and wide outside the

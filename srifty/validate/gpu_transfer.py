@@ -43,6 +43,7 @@ class TransferCheck:
     target_gpu: str
     measured_ratio: float  # target speed / source speed, from the two measured rates
     predicted_ratio: dict[str, float]
+    measured_factors: bool = False  # whether srifty's ratio had a measured factor on both GPUs
 
     def ape(self, method: str) -> float:
         """Absolute percentage error of the target's predicted time."""
@@ -165,33 +166,45 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
                 rates, catalog, keep=lambda r: r.dataset == "lambda" and (held is None or r.group[1] != held))
         return fitted[held]
 
-    def predicted(src: SingleGpuRate, dst: SingleGpuRate) -> dict[str, float]:
+    def predicted(src: SingleGpuRate, dst: SingleGpuRate) -> tuple[dict[str, float], bool]:
         ss, sd = specs[src.gpu], specs[dst.gpu]
         fit = factors(src.group[1] if src.dataset == "lambda" else None)
-        fs, fd = transfer_speeds(spec_hardware(ss, fit), spec_hardware(sd, fit), src.precision, src.conv_share)
+        hs, hd = spec_hardware(ss, fit), spec_hardware(sd, fit)
+        fs, fd = transfer_speeds(hs, hd, src.precision, src.conv_share)
+        measured = hs.speed_factor(src.precision) is not None and hd.speed_factor(src.precision) is not None
         return {"srifty": fd / fs,
                 "spec": spec_hardware(sd).speed_for(dst.precision) / spec_hardware(ss).speed_for(src.precision),
                 "fp32-flops": sd.fp32_tflops / ss.fp32_tflops,
-                "memory-bandwidth": sd.memory_bandwidth_gbytes_per_s / ss.memory_bandwidth_gbytes_per_s}
+                "memory-bandwidth": sd.memory_bandwidth_gbytes_per_s / ss.memory_bandwidth_gbytes_per_s}, measured
 
     groups: dict[tuple[str, tuple[str, ...]], list[SingleGpuRate]] = {}
     for r in rates:
         if r.gpu in specs:
             groups.setdefault((r.dataset, r.group), []).append(r)
-    checks = [TransferCheck(ds, group, a.gpu, b.gpu, b.rate / a.rate, predicted(a, b))
+    checks = [TransferCheck(ds, group, a.gpu, b.gpu, b.rate / a.rate, *predicted(a, b))
               for (ds, group), members in sorted(groups.items()) for a in members for b in members if a.gpu != b.gpu]
     return checks, notes
 
 
 def transfer_spread(checks: Sequence[TransferCheck]) -> "TransferError":
     """The spread of srifty's transfers over ``checks``: 5% and 95% quantiles of the log of
-    measured over transferred time (a transfer predicts time × measured / predicted speed ratio)."""
+    measured over transferred time (a transfer predicts time × measured / predicted speed ratio),
+    over the checks whose GPUs both had measured factors (all, where none had), and of the spec
+    ratio alone over every check that has one."""
     import numpy as np
 
     from srifty.gpuspeed import TransferError
 
-    e = np.log([c.predicted_ratio["srifty"] / c.measured_ratio for c in checks])
-    return TransferError(float(np.quantile(e, 0.05)), float(np.quantile(e, 0.95)), len(e))
+    def spread(pairs: Sequence[tuple[float, float]]) -> tuple[float, float, int]:
+        e = np.log([predicted / measured for predicted, measured in pairs])
+        return float(np.quantile(e, 0.05)), float(np.quantile(e, 0.95)), len(e)
+
+    with_factors = [c for c in checks if c.measured_factors] or list(checks)
+    q05, q95, n = spread([(c.predicted_ratio["srifty"], c.measured_ratio) for c in with_factors])
+    by_spec = [(c.predicted_ratio["spec"], c.measured_ratio) for c in checks if "spec" in c.predicted_ratio]
+    if not by_spec:
+        return TransferError(q05, q95, n)
+    return TransferError(q05, q95, n, *spread(by_spec))
 
 
 def by_dataset(checks: Sequence[TransferCheck]) -> dict[str, list[TransferCheck]]:
