@@ -57,8 +57,9 @@ def main() -> None:
                   f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} models)")
     spec = {g: spec_hardware(catalog.gpu_spec(g)) for g in ("V100", "A100-80GB")}
     for label in ("fp32", "tf32"):
-        print(f"spec ratio V100 -> A100-80GB as {label}: "
-              f"{spec['A100-80GB'].speed_for(label) / spec['V100'].speed_for(label):.2f}")
+        for kind, share in (("no convolutions", 0.0), ("convolutional", 1.0)):
+            print(f"spec ratio V100 -> A100-80GB as {label}, {kind}: "
+                  f"{spec['A100-80GB'].speed_for(label, share) / spec['V100'].speed_for(label, share):.2f}")
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def fit_speed_corrections(rates: Sequence[SingleGpuRate], catalog: "Catalog",
         hw = hardware[r.gpu]
         if hw is not None:
             rows.append(((r.dataset, r.group), (r.gpu, hw.flops_kind(r.precision)), r.conv_share,
-                         math.log(r.rate) - math.log(hw.speed_for(r.precision))))
+                         math.log(r.rate) - math.log(hw.speed_for(r.precision, r.conv_share))))
     sizes: dict[tuple, int] = {}
     for g, *_ in rows:
         sizes[g] = sizes.get(g, 0) + 1

@@ -39,6 +39,7 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_a_trace_s_convolution_share_picks_the_gpu_speed_factors(tmp_path: Path) -> None:
     from srifty import api
     from srifty.catalog import Catalog
+    from srifty.features import hardware_of, transfer_speeds
 
     head = "model,instance_type,placement,local_batch_size,step_time_s,precision,conv_flop_share\n"
     for share in ("0", "1", ""):
@@ -48,9 +49,13 @@ def test_a_trace_s_convolution_share_picks_the_gpu_speed_factors(tmp_path: Path)
     assert load_job(tmp_path / "out1/m").conv_flop_share == 1.0 and load_job(tmp_path / "out/m").conv_flop_share is None
     step = {share: api.predict([str(tmp_path / f"out{share}/m")], ["1xp4d.24xlarge:1"])[0].iteration_ms
             for share in ("0", "1", "")}
-    # V100 -> A100: the same spec ratio, the factors of a network with and without convolutions
-    conv = {c.gpu_name: c.conv_factor for c in Catalog.default().speed_corrections if c.flops == "fp16"}
-    assert step["0"] / step["1"] == pytest.approx(conv["A100"] / conv["V100"], rel=1e-6)
+    # V100 -> A100: the speeds (spec figures and measured factors) of a network with and without convolutions
+    cat = Catalog.default()
+    speeds = {s: transfer_speeds(hardware_of(cat, "p3.2xlarge"), hardware_of(cat, "p4d.24xlarge"), "amp", s)
+              for s in (0.0, 1.0)}
+    assert step["0"] / step["1"] == pytest.approx((speeds[0.0][0] / speeds[0.0][1]) / (speeds[1.0][0] / speeds[1.0][1]),
+                                                  rel=1e-6)
+    assert step["0"] != pytest.approx(step["1"], rel=0.01)
     assert step[""] == pytest.approx(math.sqrt(step["0"] * step["1"]), rel=1e-6)  # unknown: halfway in log
     bad = tmp_path / "bad.csv"
     bad.write_text(head + "m,p3.2xlarge,1,64,0.2,amp,1.5\n")

@@ -20,8 +20,8 @@ from srifty.features.builder import (FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOU
                                      gradient_estimated_note, loose_profile_note)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
-                                      UNKNOWN_CONV_SHARE, Hardware, hardware_of, median_gbytes_per_tflop,
-                                      transfer_speeds)
+                                      CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, hardware_of,
+                                      median_gbytes_per_tflop, transfer_speeds)
 from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve, JobProfile, Run, job_from_profiles,
                                  load_corpus, load_job, run_config)
 from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL_AWS_FLOWS, PLACEMENT_GROUP_FLOW_GBPS,
@@ -36,7 +36,7 @@ __all__ = [
     "FeatureBuilder", "RowEstimate", "busy_peers", "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",
-    "median_gbytes_per_tflop", "transfer_speeds", "UNKNOWN_CONV_SHARE", "BYTES_PER_PARAM", "LOOSE_PROFILE_CI",
+    "median_gbytes_per_tflop", "transfer_speeds", "CONV_FLOPS_WEIGHT", "UNKNOWN_CONV_SHARE", "BYTES_PER_PARAM", "LOOSE_PROFILE_CI",
     "ComputeCurve",
     "JobProfile", "Run", "job_from_profiles", "load_corpus", "load_job", "run_config", "FLOW_GBPS",
     "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",

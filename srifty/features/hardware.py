@@ -27,6 +27,10 @@ HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
 # a job whose profile does not say what share of its FLOPs are convolutions: halfway, in log, between
 # the measured factors of a network without convolutions and of a convolutional one
 UNKNOWN_CONV_SHARE = 0.5
+# the weight of FLOPS against memory bandwidth in the spec speed FLOPS^w x bandwidth^(1-w) of a
+# convolutional network (one without convolutions takes 1/2; a share s between, in proportion): the
+# best of 0, 0.1, ..., 0.5 on Lambda's single-GPU transfers by the spec ratio alone (tests/test_gpuspeed.py)
+CONV_FLOPS_WEIGHT = 0.2
 
 
 @dataclass(frozen=True)
@@ -83,19 +87,27 @@ class Hardware:
         factor = dict(self.speed_factors).get(kind)
         if factor is None:
             return None
-        share = UNKNOWN_CONV_SHARE if conv_share is None else min(max(conv_share, 0.0), 1.0)
-        return factor * dict(self.conv_speed_factors).get(kind, 1.0) ** share
+        return factor * dict(self.conv_speed_factors).get(kind, 1.0) ** conv_share_or_unknown(conv_share)
 
-    def speed_for(self, precision: str | None) -> float | None:
-        """Relative speed for work in ``precision`` by the spec sheet: √(FLOPS × memory bandwidth),
+    def speed_for(self, precision: str | None, conv_share: float | None = None) -> float | None:
+        """Relative speed for work in ``precision`` by the spec sheet: FLOPS^w × memory bandwidth^(1−w),
         the FLOPS being the tensor-core figure the precision runs on (FP16/BF16/AMP, TF32) where
-        the GPU has it. :func:`transfer_speeds` adds the measured factors."""
+        the GPU has it, w ½ for a network without convolutions and :data:`CONV_FLOPS_WEIGHT` for a
+        convolutional one (a share ``conv_share`` of its FLOPs in convolutions, None: not known).
+        :func:`transfer_speeds` adds the measured factors."""
         flops = self.peak_tflops(precision)
         if flops and self.mem_gbytes_per_s:
-            return math.sqrt(flops * self.mem_gbytes_per_s)
+            s = conv_share_or_unknown(conv_share)
+            w = CONV_FLOPS_WEIGHT * s + 0.5 * (1.0 - s)
+            return flops ** w * self.mem_gbytes_per_s ** (1.0 - w)
         if flops:
             return flops
         return self.cpu_share
+
+
+def conv_share_or_unknown(conv_share: float | None) -> float:
+    """A job's share of FLOPs in convolutions, clipped to [0, 1]; :data:`UNKNOWN_CONV_SHARE` if not known."""
+    return UNKNOWN_CONV_SHARE if conv_share is None else min(max(conv_share, 0.0), 1.0)
 
 
 def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
@@ -107,7 +119,7 @@ def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
     did worse than the spec ratio alone (leave one chip out of Lambda's tables: 28.5% against
     26.8%, docs/latency-model.md)."""
     fa, fb = a.speed_factor(precision, conv_share), b.speed_factor(precision, conv_share)
-    sa, sb = a.speed_for(precision), b.speed_for(precision)
+    sa, sb = a.speed_for(precision, conv_share), b.speed_for(precision, conv_share)
     if fa is None or fb is None or sa is None or sb is None:
         return sa, sb
     return sa * fa, sb * fb

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # --------------------------------------------------------------------------- compute transfer across GPUs
 
-TRANSFER_METHODS = ("srifty", "spec", "fp32-flops", "memory-bandwidth")
+TRANSFER_METHODS = ("srifty", "srifty-spec", "spec", "fp32-flops", "memory-bandwidth")
 GAVEL_BATCH = re.compile(r"batch size in job name = (\d+)")
 GAVEL_GPUS = re.compile(r"total GPUs=(\d+)")
 
@@ -127,10 +127,13 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
                           dle: str | Path | None = None) -> tuple[list[TransferCheck], list[str]]:
     """Single-GPU rates of the same model on several GPU types (Gavel: K80, P100, V100; Lambda's
     compiled tables: V100 … B200; NVIDIA's DeepLearningExamples: V100, A100): how well does a
-    speed ratio transfer a measured time to another GPU? ``spec`` = √(FLOPS of the precision × memory bandwidth) from the spec sheets; ``srifty`` =
-    that times the measured factors of srifty.gpuspeed (what srifty uses for a type it has not
-    profiled), fitted on Lambda's rates without the network under test (Gavel's and NVIDIA's rates
-    are never in the fit); ``fp32-flops`` and ``memory-bandwidth`` take one figure."""
+    speed ratio transfer a measured time to another GPU? ``spec`` = √(FLOPS of the precision ×
+    memory bandwidth) from the spec sheets; ``srifty-spec`` = srifty's spec speed, FLOPS weighted
+    by the network's convolution share (srifty.features.Hardware.speed_for), what srifty uses
+    between GPUs without measured factors; ``srifty`` = that times the measured factors of
+    srifty.gpuspeed where both GPUs have them, fitted on Lambda's rates without the network under
+    test (Gavel's and NVIDIA's rates are never in the fit); ``fp32-flops`` and
+    ``memory-bandwidth`` take one figure."""
     from srifty.features import transfer_speeds
     from srifty.gpuspeed import fit_speed_corrections, spec_hardware
     from srifty.model import ROOT
@@ -173,7 +176,9 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
         fs, fd = transfer_speeds(hs, hd, src.precision, src.conv_share)
         measured = hs.speed_factor(src.precision) is not None and hd.speed_factor(src.precision) is not None
         return {"srifty": fd / fs,
-                "spec": spec_hardware(sd).speed_for(dst.precision) / spec_hardware(ss).speed_for(src.precision),
+                "spec": spec_hardware(sd).speed_for(dst.precision, 0.0) / spec_hardware(ss).speed_for(src.precision, 0.0),
+                "srifty-spec": spec_hardware(sd).speed_for(src.precision, src.conv_share)
+                / spec_hardware(ss).speed_for(src.precision, src.conv_share),
                 "fp32-flops": sd.fp32_tflops / ss.fp32_tflops,
                 "memory-bandwidth": sd.memory_bandwidth_gbytes_per_s / ss.memory_bandwidth_gbytes_per_s}, measured
 
@@ -189,8 +194,8 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
 def transfer_spread(checks: Sequence[TransferCheck]) -> "TransferError":
     """The spread of srifty's transfers over ``checks``: 5% and 95% quantiles of the log of
     measured over transferred time (a transfer predicts time × measured / predicted speed ratio),
-    over the checks whose GPUs both had measured factors (all, where none had), and of the spec
-    ratio alone over every check that has one."""
+    over the checks whose GPUs both had measured factors (all, where none had), and of srifty's
+    ratio without the factors (``srifty-spec``) over every check that has one."""
     import numpy as np
 
     from srifty.gpuspeed import TransferError
@@ -201,7 +206,7 @@ def transfer_spread(checks: Sequence[TransferCheck]) -> "TransferError":
 
     with_factors = [c for c in checks if c.measured_factors] or list(checks)
     q05, q95, n = spread([(c.predicted_ratio["srifty"], c.measured_ratio) for c in with_factors])
-    by_spec = [(c.predicted_ratio["spec"], c.measured_ratio) for c in checks if "spec" in c.predicted_ratio]
+    by_spec = [(c.predicted_ratio["srifty-spec"], c.measured_ratio) for c in checks if "srifty-spec" in c.predicted_ratio]
     if not by_spec:
         return TransferError(q05, q95, n)
     return TransferError(q05, q95, n, *spread(by_spec))
@@ -233,11 +238,13 @@ def render_gpu_transfer(checks: Sequence[TransferCheck], notes: Sequence[str]) -
              "data/traces/nvidia_dle_single_gpu.csv) measured alone on two GPU types: the second GPU's time per "
              "step (Gavel, same batch) or per sample (Lambda and NVIDIA, each GPU at its own batch) predicted from "
              "the first's by a speed ratio. `spec` = √(FLOPS "
-             "of the job's precision × memory bandwidth) from the spec sheets; `srifty` = that times each GPU's "
-             "measured factor (srifty/gpuspeed.py, `make gpu-speed`), what srifty uses for an instance type it has "
-             "not profiled. The factors are fitted on Lambda's rates: for a Lambda transfer, on the other networks "
-             "only (leave one network out); Gavel's and NVIDIA's rates are never in the fit. Factors apply only between two GPUs "
-             "that both have one, so a transfer from K80 (none) keeps the spec ratio. "
+             "of the job's precision × memory bandwidth) from the spec sheets; `srifty-spec` = FLOPS^w × "
+             "bandwidth^(1−w), w ½ for a network without convolutions and less for a convolutional one "
+             "(data/traces/model_conv_share.csv; srifty.features.CONV_FLOPS_WEIGHT), what srifty uses between "
+             "two GPUs of which one has no measured factors (T4, A10G, L4, K80, ...); `srifty` = that times "
+             "each GPU's measured factors (srifty/gpuspeed.py, `make gpu-speed`), what srifty uses between two "
+             "that have them. The factors are fitted on Lambda's rates: for a Lambda transfer, on the other networks "
+             "only (leave one network out); Gavel's and NVIDIA's rates are never in the fit. "
              "`fp32-flops` and `memory-bandwidth` use one figure. Habitat (11.8% across GPUs) does this transfer "
              "kernel by kernel.", "",
              "| data | source → target | transfers | " + " | ".join(f"{m} MAPE % (median)" for m in TRANSFER_METHODS)
