@@ -4,7 +4,6 @@ devices."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
