@@ -28,7 +28,7 @@ def main() -> None:
     spread = transfer_spread(checks)
     atomic_write_text(DATA_DIR / TRANSFER_ERROR_JSON, spread.to_json())
     print(f"transferred time / measured: 5% {spread.q05:+.3f}, 95% {spread.q95:+.3f} (log) over "
-          f"{spread.transfers} transfers with measured factors; by the spec ratio alone 5% {spread.spec_q05:+.3f}, "
+          f"{spread.transfers} transfers with measured factors; by the spec speed alone 5% {spread.spec_q05:+.3f}, "
           f"95% {spread.spec_q95:+.3f} over {spread.spec_transfers}; wrote {DATA_DIR / TRANSFER_ERROR_JSON}")
 
 

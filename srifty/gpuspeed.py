@@ -1,19 +1,19 @@
 """Measured corrections to the spec-sheet speed ratio that transfers compute across GPUs.
 
-srifty transfers a profiled compute time to a GPU nobody profiled by the ratio of
-√(FLOPS of the job's precision × memory bandwidth) (:meth:`srifty.features.Hardware.speed_for`).
-Measured single-GPU rates show that ratio drifting by GPU: Lambda's compiled benchmark tables
-put a B200 at 1.0-1.7x an H200 where the spec ratio says 1.95x. This module fits one factor
-per (GPU, FLOPS figure) on such rates:
+srifty transfers a profiled compute time to a GPU nobody profiled by the ratio of spec speeds,
+FLOPS of the job's precision and memory bandwidth weighted by the job's share s of FLOPs in
+convolutions (:meth:`srifty.features.Hardware.speed_for`). Measured single-GPU rates show that
+ratio drifting by GPU: Lambda's compiled benchmark tables put a B200 at 1.0-1.7x an H200 where
+the spec ratio says 1.95x. This module fits factors on such rates:
 
-    log rate = a[benchmark group] + log spec_speed[GPU] + b[GPU, FLOPS figure]
-               + s[network] x c[GPU, FLOPS figure]
+    log rate = a[benchmark group] + log spec_speed[GPU, s] + b[GPU, FLOPS figure]
+               + s[network] x c[chip, FLOPS figure]
 
 where a group is one benchmark release, network, precision and unit (the rates inside it differ
-only by the GPU), so only speed *ratios* inform b and c; s is the share of the network's forward
-FLOPs in convolutions (data/traces/model_conv_share.csv; a profile's own ``conv_flop_share``),
-since convolutional networks, with their memory-bound normalisation and activation layers, gain
-less from a newer GPU's tensor cores than matmul-bound ones. The factors are used only in pairs: a
+only by the GPU), so only speed *ratios* inform b and c; s comes from data/traces/model_conv_share.csv
+(a profile states its own ``conv_flop_share``), since convolutional networks, with their
+memory-bound normalisation and activation layers, gain less from a newer GPU's tensor cores than
+matmul-bound ones; boards of one chip (V100 16/32 GB) share c. The factors are used only in pairs: a
 transfer between two GPUs that both have one takes the ratio of their factors, a transfer that
 involves a GPU without one (T4, A10G, L4, K80, ...) keeps the spec ratio
 (:func:`srifty.features.transfer_speeds`). A ridge penalty keeps each b near 0, so a GPU with few
@@ -65,8 +65,8 @@ class TransferError:
     log(measured time / transferred time) over single-GPU rates measured on two GPUs (Lambda's
     tables with each network's own factors left out of the fit, NVIDIA DeepLearningExamples and
     Gavel, which no fit uses): ``q05``/``q95`` of srifty's ratio where both GPUs have measured
-    factors, ``spec_q05``/``spec_q95`` of the spec ratio alone, what a transfer to or from a GPU
-    without factors (T4, A10G, L4, ...) takes. The latency model widens the interval of a
+    factors, ``spec_q05``/``spec_q95`` of its spec speed ratio alone, what a transfer to or from
+    a GPU without factors (T4, A10G, L4, ...) takes. The latency model widens the interval of a
     transferred prediction by the one its transfer used (srifty.model.LatencyModel.predict_interval)."""
 
     q05: float
@@ -77,7 +77,7 @@ class TransferError:
     spec_transfers: int = 0
 
     def bounds(self, by_spec: bool) -> tuple[float, float]:
-        """(q05, q95) of a transfer by the spec ratio alone (``by_spec``) or with measured factors."""
+        """(q05, q95) of a transfer by the spec speed ratio alone (``by_spec``) or with measured factors."""
         if by_spec and self.spec_q05 is not None and self.spec_q95 is not None:
             return self.spec_q05, self.spec_q95
         return self.q05, self.q95
@@ -88,7 +88,8 @@ class TransferError:
                            "spec_q95": None if self.spec_q95 is None else round(self.spec_q95, 4),
                            "spec_transfers": self.spec_transfers,
                            "what": "quantiles of log(measured / transferred time) of srifty's GPU speed ratio with "
-                                   "measured factors (q05, q95) and of the spec ratio alone (spec_q05, spec_q95); "
+                                   "measured factors (q05, q95) and of its spec speed ratio alone (spec_q05, "
+                                   "spec_q95); "
                                    "written by `make gpu-speed` (scripts/fit_gpu_speed.py)"}, indent=1) + "\n"
 
 

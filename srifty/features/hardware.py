@@ -24,7 +24,7 @@ INTER_LATENCY_US = 30.0
 EFA_MIN_GBPS = 100  # EFA-capable types at >= 100 Gbps are taken to run NCCL over EFA (aws-ofi-nccl)
 HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
 # a job whose profile does not say what share of its FLOPs are convolutions: halfway, in log, between
-# the measured factors of a network without convolutions and of a convolutional one
+# the spec speeds and measured factors of a network without convolutions and of a convolutional one
 UNKNOWN_CONV_SHARE = 0.5
 # the weight of FLOPS against memory bandwidth in the spec speed FLOPS^w x bandwidth^(1-w) of a
 # convolutional network (one without convolutions takes 1/2; a share s between, in proportion): the
@@ -115,8 +115,8 @@ def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
     factors (for a job whose forward FLOPs are a share ``conv_share`` convolutions, None if not
     known) when *both* GPUs have one for the precision's FLOPS figure. A factor says how a GPU
     runs against its spec relative to the other measured GPUs; held against a GPU without one it
-    did worse than the spec ratio alone (leave one chip out of Lambda's tables: 28.5% against
-    26.8%, docs/latency-model.md)."""
+    did worse than the spec ratio alone (per-GPU factors, leaving one chip out of Lambda's tables:
+    28.5% against 26.8%, docs/latency-model.md)."""
     fa, fb = a.speed_factor(precision, conv_share), b.speed_factor(precision, conv_share)
     sa, sb = a.speed_for(precision, conv_share), b.speed_for(precision, conv_share)
     if fa is None or fb is None or sa is None or sb is None:
