@@ -13,14 +13,13 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from srifty.cluster.spec import HostType
 from srifty.errors import SriftyError
-from srifty.outputs import exclusive_lock
+from srifty.outputs import atomic_write_text, exclusive_lock
 
 PREFIX = "srifty-"
 DEFAULT_CLUSTER = "main"
@@ -160,19 +159,7 @@ def _locked(cluster: str) -> Iterator[None]:
 
 
 def _write_state(state: ClusterState) -> None:
-    path = state_path(state.cluster)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state.to_dict(), fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(state_path(state.cluster), json.dumps(state.to_dict(), indent=1))
 
 
 def load_state(cluster: str = DEFAULT_CLUSTER) -> ClusterState | None:

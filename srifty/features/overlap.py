@@ -82,18 +82,20 @@ def derived_sync(job: JobProfile) -> dict[int, float]:
     return out
 
 
-def sync_runs(job: JobProfile) -> list[Run]:
+def sync_runs(job: JobProfile) -> tuple[list[Run], int]:
     """The multi-worker runs with a sync time that an overlap fit simulates: each run's measured
-    sync time, else its :func:`derived_sync` (a seeded sample of MAX_OVERLAP_RUNS beyond that many)."""
+    sync time, else its :func:`derived_sync` (a seeded sample of MAX_OVERLAP_RUNS beyond that many);
+    and how many of them have a derived one."""
     derived = derived_sync(job)
-    runs = [r if i not in derived else replace(r, sync_ms=derived[i]) for i, r in enumerate(job.runs)
+    runs = [(r, False) if i not in derived else (replace(r, sync_ms=derived[i]), True)
+            for i, r in enumerate(job.runs)
             if r.world_size > 1 and (r.sync_ms is not None or i in derived) and r.step_ms > 0]
     if len(runs) > MAX_OVERLAP_RUNS:
         import numpy as np
 
         keep = sorted(np.random.default_rng(0).choice(len(runs), MAX_OVERLAP_RUNS, replace=False))
         runs = [runs[i] for i in keep]
-    return runs
+    return [r for r, _ in runs], sum(d for _, d in runs)
 
 
 def sync_error(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None, window: float,
@@ -104,7 +106,7 @@ def sync_error(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None
 
     builder = FeatureBuilder(replace(job, backward_fraction=window), catalog, link_scale)
     logs = []
-    for r in sync_runs(job) if runs is None else runs:
+    for r in sync_runs(job)[0] if runs is None else runs:
         est = builder.estimate(run_config(r), r.local_batch_size)
         exposed = max(est.sim_ms - est.compute_ms, 0.0)
         logs.append(math.log((exposed + SYNC_FLOOR_MS) / (float(r.sync_ms) + SYNC_FLOOR_MS)))
@@ -118,16 +120,14 @@ def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | Non
     gradient size is unknown, or when no multi-worker run has a sync time, stated or derived."""
     if job.ready_fractions is not None or job.backward_fraction is not None:
         return None
-    runs = sync_runs(job)
+    runs, derived = sync_runs(job)
     if not (job.grad_bytes or job.param_count) or not runs:
         return None
     default_window = simulate.DEFAULT_BACKWARD_FRACTION
     errors = {w: sync_error(job, catalog, link_scale, w, runs) for w in OVERLAP_WINDOWS}
     better = [w for w in OVERLAP_WINDOWS if errors[w] < errors[default_window] * (1.0 - MARGIN)]
     best = min(better, key=lambda w: errors[w]) if better else default_window
-    stated = {id(r) for r in job.runs}
-    return OverlapFit(best, errors[best], errors[default_window], len(runs),
-                      sum(1 for r in runs if id(r) not in stated))
+    return OverlapFit(best, errors[best], errors[default_window], len(runs), derived)
 
 
 def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:
