@@ -15,6 +15,9 @@ microseconds for link latency.
   where the node has an NVLink/NVSwitch fabric (``hierarchical=True``): NCCL's multi-rail
   and tree paths get close to it there (nccl-tests on p4d/p4de/p5), while PCIe nodes with one
   NIC (the Pollux g4dn traces) and gloo (emulated hosts) run the flat ring for DDP's buckets.
+- tree (``tree_allreduce_ms``): NCCL's double binary tree across nodes, which its tuning takes
+  for small messages on many nodes. Only on request (``tree=True``): srifty's estimate is the
+  ring's, and the tree's bounds its interval from below (srifty.features.FeatureBuilder.estimate).
 - iteration: forward, then backward during which DDP buckets become ready (the profile's
   buckets and ready times when known, else :func:`bucket_layout` and a uniform split); each
   bucket's allreduce starts when it is ready and the previous one finished; the step ends when
@@ -23,11 +26,13 @@ microseconds for link latency.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
 DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first (last-layer) bucket is capped at 1 MiB
+TREE_BANDWIDTH_SHARE = 0.92  # the tree's bandwidth against the ring's across nodes (ncclTopoTuneModel)
 DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ≈ 2× forward FLOPs; used only when a profile has no split
 
 
@@ -78,10 +83,23 @@ def flat_ring_allreduce_ms(nbytes: float, nodes: int, world: int, intra: Link, i
             + (inter_steps * inter.latency_us + (steps - inter_steps) * intra.latency_us) / 1e3)
 
 
+def tree_allreduce_ms(nbytes: float, nodes: int, per_node: int, intra: Link, inter: Link) -> float:
+    """NCCL's double binary tree across ``nodes`` (a chain of ``per_node`` workers in each):
+    every worker sends and receives the whole message twice (reduce up, broadcast down) at
+    TREE_BANDWIDTH_SHARE of the slowest link, with 2·⌊log₂ nodes⌋ network hops and 2·(per_node − 1)
+    intra-node hops of latency (ncclTopoTuneModel's tree)."""
+    if nodes <= 1 or nbytes <= 0:
+        return 0.0
+    slowest = Link(min(intra.gbytes_per_s, inter.gbytes_per_s) * TREE_BANDWIDTH_SHARE, 0.0)
+    return (2 * _transfer_ms(nbytes, slowest)
+            + (2 * math.floor(math.log2(nodes)) * inter.latency_us + 2 * (per_node - 1) * intra.latency_us) / 1e3)
+
+
 def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, inter: Link,
-                 hierarchical: bool = True) -> float:
+                 hierarchical: bool = True, tree: bool = False) -> float:
     """Allreduce time for a placement (workers on each node): the flat ring, or the best of it
-    and the hierarchical allreduce when ``hierarchical`` (equal workers per node)."""
+    and the hierarchical allreduce when ``hierarchical`` (equal workers per node), and of the
+    tree across nodes when ``tree``."""
     wpn = [int(w) for w in workers_per_node]
     p, n = sum(wpn), len(wpn)
     if p <= 1:
@@ -91,6 +109,8 @@ def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, in
     best = flat_ring_allreduce_ms(nbytes, n, p, intra, inter)
     if hierarchical and len(set(wpn)) == 1:
         best = min(best, hierarchical_allreduce_ms(nbytes, n, wpn[0], intra, inter))
+    if tree:
+        best = min(best, tree_allreduce_ms(nbytes, n, max(wpn), intra, inter))
     return best
 
 
@@ -144,7 +164,7 @@ def _advance(t: float, work: float, busy_until: float, slowdown: float) -> float
 def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers_per_node: Sequence[int],
                        intra: Link, inter: Link, backward_fraction: float = DEFAULT_BACKWARD_FRACTION,
                        ready_fractions: Sequence[float] | None = None, optimizer_ms: float = 0.0,
-                       overlap_slowdown: float = 0.0, hierarchical: bool = True) -> SimResult:
+                       overlap_slowdown: float = 0.0, hierarchical: bool = True, tree: bool = False) -> SimResult:
     """One training step: ``compute_ms`` (forward + backward of the slowest worker), buckets
     all-reduced as they become ready during backward, then ``optimizer_ms``.
 
@@ -153,7 +173,8 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
     ``overlap_slowdown``: backward runs ``1 + overlap_slowdown`` times slower while an allreduce
     is in flight (the collective competes with it for the same processor: on CPU hosts its
     thread shares the host's cores; 0 = overlap is free).
-    ``hierarchical``: the allreduce may take the hierarchical form (see :func:`allreduce_ms`).
+    ``hierarchical``: the allreduce may take the hierarchical form (see :func:`allreduce_ms`);
+    ``tree``: the tree across nodes, where faster.
     """
     fwd = compute_ms * (1.0 - backward_fraction)
     bwd = compute_ms * backward_fraction
@@ -166,7 +187,7 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
         frac = min(max(frac, 0.0), 1.0)
         if frac > done:
             t, done = _advance(t, (frac - done) * bwd, end, overlap_slowdown), frac
-        c = allreduce_ms(size, workers_per_node, intra, inter, hierarchical)
+        c = allreduce_ms(size, workers_per_node, intra, inter, hierarchical, tree)
         total += c
         end = max(end, t) + c
     backward_end = _advance(t, (1.0 - done) * bwd, end, overlap_slowdown)

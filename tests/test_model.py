@@ -45,6 +45,59 @@ def test_ring_allreduce_hand_arithmetic() -> None:
         2 * 63 / 64 * 1e-6 + 32 * 0.1 + 94 * 0.01)
 
 
+def test_tree_allreduce_hand_arithmetic() -> None:
+    intra, inter = Link(10.0, 10.0), Link(1.0, 100.0)
+    # 16 nodes x 4: the whole message twice at 92% of the slowest link; 2 x log2(16) network hops
+    # and 2 x 3 hops inside a node of latency
+    tree = 2 * 100.0 / 0.92 + 2 * 4 * 0.1 + 2 * 3 * 0.01
+    assert simulate.tree_allreduce_ms(100e6, 16, 4, intra, inter) == pytest.approx(tree)
+    assert simulate.tree_allreduce_ms(100e6, 1, 4, intra, inter) == 0.0  # one node: no tree across nodes
+    ring = simulate.allreduce_ms(100e6, [4] * 16, intra, inter, hierarchical=False)
+    # a large message: the ring is faster, and kept; a small one: the tree's fewer hops win
+    assert ring < tree and simulate.allreduce_ms(100e6, [4] * 16, intra, inter, False, tree=True) == ring
+    small_ring = simulate.allreduce_ms(1e3, [4] * 16, intra, inter, hierarchical=False)
+    small_tree = simulate.tree_allreduce_ms(1e3, 16, 4, intra, inter)
+    assert small_tree < small_ring
+    assert simulate.allreduce_ms(1e3, [4] * 16, intra, inter, False, tree=True) == pytest.approx(small_tree)
+
+
+def test_the_interval_reaches_the_tree_allreduce_across_nodes(monkeypatch, emu_catalog: Any) -> None:
+    """NCCL may run an allreduce on many nodes as a tree where that is faster, which the ring
+    overprices: the step's lower bound is the simulated step with the faster of the two; one
+    node keeps its own."""
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run
+
+    cat = Catalog.default()
+
+    def low(param_count: int, config: str, tree: bool) -> tuple[float, float]:
+        if not tree:
+            monkeypatch.setattr(simulate, "tree_allreduce_ms", lambda *a, **k: float("inf"))
+        job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 256, 20.0)], param_count=param_count)
+        est = FeatureBuilder(job, cat).estimate(parse_config(config).resolved(cat), 256)
+        monkeypatch.undo()
+        return est.step_bounds[0], est.sim_ms
+
+    with_tree, ring_only = low(1_600_000, "16xg4dn.12xlarge", True)[0], low(1_600_000, "16xg4dn.12xlarge", False)[0]
+    job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 256, 20.0)], param_count=1_600_000)
+    fb = FeatureBuilder(job, cat)
+    hw = fb.hardware("g4dn.12xlarge")
+    c, _, _ = fb.compute_ms("g4dn.12xlarge", 256)
+    args = (c, simulate.bucket_layout(1_600_000 * 4), [4] * 16, fb.node_intra("g4dn.12xlarge"), hw.inter)
+    ratio = (simulate.simulate_iteration(*args, hierarchical=False, tree=True).iteration_ms
+             / simulate.simulate_iteration(*args, hierarchical=False).iteration_ms)
+    assert ratio < 0.95 and with_tree == pytest.approx(ring_only * ratio, rel=1e-6)
+    # one node has no tree across nodes
+    assert low(1_600_000, "1xg4dn.12xlarge", True)[0] == pytest.approx(low(1_600_000, "1xg4dn.12xlarge", False)[0])
+    # emulated hosts run gloo's ring: no tree
+    emu = JobProfile("m", [Run("emu.small", (1,), 32, 50.0)], param_count=1_600_000)
+    config = parse_config("4xemu.small").resolved(emu_catalog)
+    bounds = FeatureBuilder(emu, emu_catalog).estimate(config, 32).step_bounds
+    monkeypatch.setattr(simulate, "tree_allreduce_ms", lambda *a, **k: 0.0)
+    assert FeatureBuilder(emu, emu_catalog).estimate(config, 32).step_bounds == bounds
+
+
 def test_only_nvlink_nodes_get_the_hierarchical_allreduce() -> None:
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config

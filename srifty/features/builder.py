@@ -411,16 +411,21 @@ class FeatureBuilder:
                 buckets = simulate.bucket_layout(gb)
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
 
-            def simulated(inter: Link) -> simulate.SimResult:
+            def simulated(inter: Link, tree: bool = False) -> simulate.SimResult:
                 return simulate.simulate_iteration(
                     compute, buckets, wpn_all, intra, inter,
                     self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs, optimizer_ms=post,
                     overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
                                       if emulated else 0.0),
-                    hierarchical=all(h.hierarchical_allreduce for h in hws))
+                    hierarchical=all(h.hierarchical_allreduce for h in hws), tree=tree)
 
             sim = simulated(inter)
             step_low, step_high = batch_low, batch_high
+            if len(wpn_all) > 1 and not emulated:
+                # NCCL may run a bucket's allreduce as a tree across nodes where its tuning finds that
+                # faster (small messages on many nodes); the simulator prices the ring (gloo, on
+                # emulated hosts, has no tree): the step could be as fast as with the tree
+                step_low *= simulated(inter, tree=True).iteration_ms / sim.iteration_ms
             ready_unknown = self.job.ready_fractions is None and sum(wpn_all) > 1
             overlap_unknown = ready_unknown and self.job.overlap_fit is None
             if ready_unknown:
