@@ -980,17 +980,22 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     assert any(line.startswith("warning: 2xg5.xlarge:1: the network") for line in one.stderr.splitlines())
 
 
-@pytest.mark.parametrize("profile, config, batch, compute, network, overlap", [
-    ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", "measured", "measured"),  # a run of the trace itself
-    ("pollux/imagenet", "2xg4dn.12xlarge", 48, "profiled-other-batch", "fitted-on-type", "default"),
-    ("pollux/imagenet", "2xg5.xlarge", 32, "transferred", "prior", "default"),  # TCP of a type no run has seen
-    ("pollux/imagenet", "1xg5.12xlarge", 32, "transferred", "prior", "default"),  # its PCIe, likewise
-    ("pollux/deepspeech2", "2xg4dn.12xlarge", 23, "profiled-other-batch", "fitted-on-type", "read-from-sync"),
-    ("local/cnn_resnet.json", "1xg5.xlarge", 32, "transferred", "none", "none"),  # one worker: nothing to send
-    ("emulated/cnn_resnet", "2xemu.small+1xemu.net", 16, "profiled", "emulated-sweeps", "recorded"),
+@pytest.mark.parametrize("profile, config, batch, compute, carried, network, overlap", [
+    ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", None, "measured", "measured"),  # a run of the trace itself
+    ("pollux/imagenet", "2xg4dn.12xlarge", 48, "profiled-other-batch", None, "fitted-on-type", "default"),
+    # TCP of a type no run has seen; T4 and A10G have no measured speed factors: the spec speeds alone
+    ("pollux/imagenet", "2xg5.xlarge", 32, "transferred", ["spec-speed"], "prior", "default"),
+    ("pollux/imagenet", "1xg5.12xlarge", 32, "transferred", ["spec-speed"], "prior", "default"),  # its PCIe, likewise
+    ("pollux/deepspeech2", "2xg4dn.12xlarge", 23, "profiled-other-batch", None, "fitted-on-type", "read-from-sync"),
+    # one worker: nothing to send; a CPU profile's operators carried to the GPU
+    ("local/cnn_resnet.json", "1xg5.xlarge", 32, "transferred", ["operator-model"], "none", "none"),
+    ("lambda/resnet50-amp/p3.8xlarge.json", "1xp5.48xlarge:1", 256, "transferred", ["gpu-speed-factors"], "none",
+     "none"),  # V100 -> H100: both GPUs have measured factors
+    ("emulated/cnn_resnet", "2xemu.small+1xemu.net", 16, "profiled", None, "emulated-sweeps", "recorded"),
 ])
 def test_predict_says_where_compute_and_communication_come_from(profile: str, config: str, batch: int, compute: str,
-                                                                 network: str, overlap: str) -> None:
+                                                                 carried: list[str] | None, network: str,
+                                                                 overlap: str) -> None:
     from srifty import model as m
     from srifty.configspec import parse_config
     from srifty.oracle import load_inputs
@@ -999,6 +1004,7 @@ def test_predict_says_where_compute_and_communication_come_from(profile: str, co
     p = m.load(m.SHIPPED_MODEL).predict(job, cat, [(parse_config(config).resolved(cat), batch)])[0]
     assert (p.parts["compute_source"], p.parts["network_source"], p.parts["overlap_source"]) == (compute, network,
                                                                                                  overlap)
+    assert p.parts["compute_transfer"] == carried
     assert p.parts["compute_source"] in m.COMPUTE_SOURCES and p.parts["network_source"] in m.NETWORK_SOURCES
     assert p.parts["overlap_source"] in m.OVERLAP_SOURCES
     assert p.parts["communication_ms"] == pytest.approx(max(p.iteration_ms - p.parts["compute_ms"], 0.0), abs=1e-3)

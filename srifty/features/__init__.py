@@ -15,9 +15,9 @@ imported trace that does not record when its gradients become ready gets the ove
 times show (``overlap``).
 """
 
-from srifty.features.builder import (FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE, READY_UNKNOWN_NOTE,
-                                     REGIME_FEATURES, RESIDUAL_FEATURES, FeatureBuilder, RowEstimate, busy_peers,
-                                     gradient_estimated_note, loose_profile_note)
+from srifty.features.builder import (COMPUTE_TRANSFERS, FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE,
+                                     READY_UNKNOWN_NOTE, REGIME_FEATURES, RESIDUAL_FEATURES, FeatureBuilder,
+                                     RowEstimate, busy_peers, gradient_estimated_note, loose_profile_note)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
                                       CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, hardware_of,
@@ -31,7 +31,7 @@ from srifty.features.overlap import (OVERLAP_WINDOWS, OverlapFit, derived_sync, 
                                      with_fitted_overlap)
 
 __all__ = [
-    "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES",
+    "COMPUTE_TRANSFERS", "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES",
     "RESIDUAL_FEATURES",
     "FeatureBuilder", "RowEstimate", "busy_peers", "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",

@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # mlp_recsys reach 0.1-3% at every batch and hardly grow with it, transformer_lm 6% at batch 8, 20%
 # at 32 and 45% at 128, growing 1.7x from 32 to 128. A judgment for a warning, not a model input.
 LAUNCH_BOUND_PEAK_SHARE = 0.10
+# how compute profiled on one type is carried to another (FeatureBuilder.transfer_method): the
+# operator model (a CPU profile's operator count, on a GPU); the measured CPU factors of both
+# emulated hosts; the spec speeds with both GPUs' measured speed factors; the spec speeds alone
+COMPUTE_TRANSFERS = ("operator-model", "cpu-factors", "gpu-speed-factors", "spec-speed")
 
 FEATURES = [
     "log_sim_ms", "log_compute_ms", "log_allreduce_ms", "comm_to_compute", "exposed_to_compute",
@@ -106,9 +110,14 @@ class RowEstimate:
     # several workers of a job that neither records when its gradients become ready nor had that
     # read off its sync times (srifty.features.overlap): the feature table's overlap_unknown
     overlap_unknown: bool = False
-    # some worker's compute carried from another GPU by the spec ratio alone (no measured speed
-    # factors on one side): the feature table's spec_transfer, which picks the transfer's spread
-    spec_transfer: bool = False
+    # how the workers' compute that was not profiled on their type was carried there
+    # (:data:`COMPUTE_TRANSFERS`, each once, sorted); "spec-speed" among them is the feature table's
+    # spec_transfer, which picks the transfer's spread
+    compute_transfer: tuple[str, ...] = ()
+
+    @property
+    def spec_transfer(self) -> bool:
+        return "spec-speed" in self.compute_transfer
 
 
 class FeatureBuilder:
@@ -326,16 +335,28 @@ class FeatureBuilder:
                               f"miss); profile on {instance_type} for a measured figure"
                               + self.launch_bound_note(instance_type, batch))
 
+    def transfer_method(self, instance_type: str) -> str | None:
+        """How ``instance_type``'s compute is carried from a profiled type (None: profiled there):
+        by the operator model, by both types' measured CPU factors (emulated hosts), by the spec
+        speeds with both GPUs' measured speed factors, or by the spec speeds alone
+        (:data:`COMPUTE_TRANSFERS`)."""
+        if self.curve(instance_type) is not None:
+            return None
+        if self.by_operators(instance_type):
+            return "operator-model"
+        src = self.compute_source(instance_type)
+        if src is None:
+            return None
+        if self.job.cpu_factors.get(instance_type) and self.job.cpu_factors.get(src):
+            return "cpu-factors"
+        if all(self.hardware(t).speed_factor(self.job.precision) for t in (instance_type, src)):
+            return "gpu-speed-factors"
+        return "spec-speed"
+
     def spec_transfer(self, instance_type: str) -> bool:
-        """Whether ``instance_type``'s compute is carried from another type by the spec ratio alone:
-        never profiled, not by the operator model or measured CPU factors, and one of the two GPUs
-        without a measured speed factor for the job's precision."""
-        if (self.curve(instance_type) is not None or self.by_operators(instance_type)
-                or self.job.cpu_factors.get(instance_type)):
-            return False
-        got = self._transfer(instance_type, 1.0, self.curve)
-        return got is not None and not all(self.hardware(t).speed_factor(self.job.precision)
-                                           for t in (instance_type, got[1]))
+        """Whether ``instance_type``'s compute is carried from another type by the spec speeds
+        alone (no measured factors on one side)."""
+        return self.transfer_method(instance_type) == "spec-speed"
 
     def post_ms(self, instance_type: str, batch: float) -> float:
         """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""
@@ -493,7 +514,8 @@ class FeatureBuilder:
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
                            (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups),
                            (step_low, step_high), overlap_unknown,
-                           any(self.spec_transfer(g.instance_type) for g in config.groups))
+                           tuple(sorted({m for g in config.groups
+                                         if (m := self.transfer_method(g.instance_type)) is not None})))
 
     def worker(self, instance_type: str, batch: float) -> tuple[float, bool, str | None, float,
                                                                 tuple[float, float], str | None]:

@@ -179,7 +179,9 @@ class PredictionTable:
         """Row ``i``'s step split into the slowest worker's compute alone and the rest (exposed
         communication and what else data parallelism costs), with where each came from."""
         compute = float(self.features["compute_ms"].iloc[i])
+        carried = list(self.estimates[i].compute_transfer) if self.compute_source[i] == "transferred" else None
         return {"compute_ms": round(compute, 4), "compute_source": str(self.compute_source[i]),
+                "compute_transfer": carried,
                 "communication_ms": round(max(float(self.iteration_ms[i]) - compute, 0.0), 4),
                 "network_source": str(self.network_source[i]), "overlap_source": str(self.overlap_source[i])}
 
