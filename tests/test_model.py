@@ -1010,6 +1010,20 @@ def test_predict_says_where_compute_and_communication_come_from(profile: str, co
     assert p.parts["communication_ms"] == pytest.approx(max(p.iteration_ms - p.parts["compute_ms"], 0.0), abs=1e-3)
 
 
+def test_transfer_method_names_how_compute_was_carried(emu_catalog: Any) -> None:
+    from srifty.features import COMPUTE_TRANSFERS, FeatureBuilder, JobProfile, Run
+
+    run = Run("emu.small", (1,), 16, 100.0)
+    # both emulated hosts calibrated: their measured CPU factors; one of them not: the spec figures
+    calibrated = JobProfile("m", [run], param_count=1_000_000, cpu_factors={"emu.small": 4.0, "emu.large": 1.5})
+    fb = FeatureBuilder(calibrated, emu_catalog)
+    assert (fb.transfer_method("emu.small"), fb.transfer_method("emu.large")) == (None, "cpu-factors")
+    assert fb.compute_ms("emu.large", 16)[0] == pytest.approx(100.0 * 1.5 / 4.0)
+    half = JobProfile("m", [run], param_count=1_000_000, cpu_factors={"emu.small": 4.0})
+    assert FeatureBuilder(half, emu_catalog).transfer_method("emu.large") == "spec-speed"
+    assert {"cpu-factors", "spec-speed"} <= set(COMPUTE_TRANSFERS)
+
+
 def test_an_interval_starts_no_lower_than_the_measured_compute() -> None:
     """No multi-GPU Pollux run is shorter than its slowest worker's single-GPU compute at its batch
     by more than STEP_FLOOR_SCATTER, so an interval on a type whose compute was measured starts no
