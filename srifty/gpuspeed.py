@@ -139,10 +139,9 @@ def read_lambda_single_gpu(path: str | Path) -> tuple[list[SingleGpuRate], list[
             precision = "amp" if r["precision"].startswith("FP16") else "tf32"  # TF32 where the GPU has it
             key = (release, r["model"], precision, r["throughput_unit"], gpu)
             rates.setdefault(key, []).append(float(r["throughput_value"]))
-    shares = read_conv_shares(Path(path).parent / CONV_SHARES_CSV)
-    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v),
-                         shares.get(("lambda", model), UNKNOWN_CONV_SHARE))
+    out = [SingleGpuRate("lambda", (rel, model, prec, unit), gpu, prec, statistics.median(v))
            for (rel, model, prec, unit, gpu), v in sorted(rates.items())]
+    out = with_conv_shares(out, read_conv_shares(Path(path).parent / CONV_SHARES_CSV), lambda r: r.group[1])
     notes = [f"Lambda: {', '.join(sorted(other))} left out (not a GPU srifty has spec figures for)."] if other else []
     return out, notes
 

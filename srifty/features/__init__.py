@@ -20,7 +20,7 @@ from srifty.features.builder import (COMPUTE_TRANSFERS, FEATURES, GRADIENT_UNKNO
                                      RowEstimate, busy_peers, gradient_estimated_note, loose_profile_note)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
-                                      CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, hardware_of,
+                                      CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, both_measured, hardware_of,
                                       median_gbytes_per_tflop, transfer_speeds)
 from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve, JobProfile, Run, job_from_profiles,
                                  load_corpus, load_job, run_config)
@@ -36,8 +36,8 @@ __all__ = [
     "FeatureBuilder", "RowEstimate", "busy_peers", "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",
-    "median_gbytes_per_tflop", "transfer_speeds", "CONV_FLOPS_WEIGHT", "UNKNOWN_CONV_SHARE", "BYTES_PER_PARAM", "LOOSE_PROFILE_CI",
-    "ComputeCurve",
+    "median_gbytes_per_tflop", "transfer_speeds", "both_measured", "CONV_FLOPS_WEIGHT", "UNKNOWN_CONV_SHARE",
+    "BYTES_PER_PARAM", "LOOSE_PROFILE_CI", "ComputeCurve",
     "JobProfile", "Run", "job_from_profiles", "load_corpus", "load_job", "run_config", "FLOW_GBPS",
     "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",
     "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "AllreduceRow", "CollectivePoint",

@@ -11,7 +11,7 @@ from srifty import simulate
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
 from srifty.opmodel import GpuStepModel, shipped_step_model
-from srifty.features.hardware import Hardware, hardware_of, transfer_speeds
+from srifty.features.hardware import Hardware, both_measured, hardware_of, transfer_speeds
 from srifty.features.job import LOOSE_PROFILE_CI, ComputeCurve, JobProfile, _bytes_per_param
 from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.simulate import Link
@@ -326,10 +326,11 @@ class FeatureBuilder:
                 f"Cannot transfer {self.job.model}'s compute time to {instance_type}: no spec figures to compare "
                 f"it with {', '.join(self.job.instance_types)}.",
                 f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
-        if self.job.cpu_factors.get(instance_type):
+        method = self.transfer_method(instance_type)
+        if method == "cpu-factors":
             return got[0], True, f"compute on {instance_type} transferred from {got[1]} by measured CPU factor ratio"
         return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio"
-                              + ("" if self.spec_transfer(instance_type) else " with measured GPU speed factors")
+                              + (" with measured GPU speed factors" if method == "gpu-speed-factors" else "")
                               + ", a rough "
                               "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
                               f"miss); profile on {instance_type} for a measured figure"
@@ -349,14 +350,9 @@ class FeatureBuilder:
             return None
         if self.job.cpu_factors.get(instance_type) and self.job.cpu_factors.get(src):
             return "cpu-factors"
-        if all(self.hardware(t).speed_factor(self.job.precision) for t in (instance_type, src)):
+        if both_measured(self.hardware(instance_type), self.hardware(src), self.job.precision):
             return "gpu-speed-factors"
         return "spec-speed"
-
-    def spec_transfer(self, instance_type: str) -> bool:
-        """Whether ``instance_type``'s compute is carried from another type by the spec speeds
-        alone (no measured factors on one side)."""
-        return self.transfer_method(instance_type) == "spec-speed"
 
     def post_ms(self, instance_type: str, batch: float) -> float:
         """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""

@@ -109,6 +109,12 @@ def conv_share_or_unknown(conv_share: float | None) -> float:
     return UNKNOWN_CONV_SHARE if conv_share is None else min(max(conv_share, 0.0), 1.0)
 
 
+def both_measured(a: Hardware, b: Hardware, precision: str | None) -> bool:
+    """Whether both GPUs have a measured speed factor for ``precision``'s FLOPS figure, so that a
+    transfer between them takes the factors (:func:`transfer_speeds`)."""
+    return a.speed_factor(precision) is not None and b.speed_factor(precision) is not None
+
+
 def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
                     conv_share: float | None = None) -> tuple[float | None, float | None]:
     """The speeds that transfer compute from ``a`` to ``b``: the spec speeds, times the measured
@@ -117,11 +123,10 @@ def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
     runs against its spec relative to the other measured GPUs; held against a GPU without one it
     did worse than the spec ratio alone (per-GPU factors, leaving one chip out of Lambda's tables:
     28.5% against 26.8%, docs/latency-model.md)."""
-    fa, fb = a.speed_factor(precision, conv_share), b.speed_factor(precision, conv_share)
     sa, sb = a.speed_for(precision, conv_share), b.speed_for(precision, conv_share)
-    if fa is None or fb is None or sa is None or sb is None:
+    if not both_measured(a, b, precision) or sa is None or sb is None:
         return sa, sb
-    return sa * fa, sb * fb
+    return sa * a.speed_factor(precision, conv_share), sb * b.speed_factor(precision, conv_share)
 
 
 def _intra_bandwidth(link_text: str, stated: float | None) -> tuple[float, str | None]:

@@ -420,8 +420,8 @@ class LatencyModel:
             # by the spec ratio alone; independently of the residual's error: in quadrature
             by_spec = np.asarray(X["spec_transfer"], dtype=float) > 0 if "spec_transfer" in X.columns \
                 else np.zeros(len(X), dtype=bool)
-            q05 = np.where(by_spec, spread.bounds(True)[0], spread.bounds(False)[0])
-            q95 = np.where(by_spec, spread.bounds(True)[1], spread.bounds(False)[1])
+            (spec_q05, spec_q95), (q05, q95) = spread.bounds(True), spread.bounds(False)
+            q05, q95 = np.where(by_spec, spec_q05, q05), np.where(by_spec, spec_q95, q95)
             lo = np.where(moved, center - np.hypot(center - lo, np.minimum(q05, 0.0)), lo)
             hi = np.where(moved, center + np.hypot(hi - center, np.maximum(q95, 0.0)), hi)
         if "batch_low" in X.columns:

@@ -134,7 +134,7 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
     srifty.gpuspeed where both GPUs have them, fitted on Lambda's rates without the network under
     test (Gavel's and NVIDIA's rates are never in the fit); ``fp32-flops`` and
     ``memory-bandwidth`` take one figure."""
-    from srifty.features import transfer_speeds
+    from srifty.features import both_measured, transfer_speeds
     from srifty.gpuspeed import fit_speed_corrections, spec_hardware
     from srifty.model import ROOT
 
@@ -174,7 +174,7 @@ def validate_gpu_transfer(catalog: "Catalog", gavel: str | Path | None = None,
         fit = factors(src.group[1] if src.dataset == "lambda" else None)
         hs, hd = spec_hardware(ss, fit), spec_hardware(sd, fit)
         fs, fd = transfer_speeds(hs, hd, src.precision, src.conv_share)
-        measured = hs.speed_factor(src.precision) is not None and hd.speed_factor(src.precision) is not None
+        measured = both_measured(hs, hd, src.precision)
         return {"srifty": fd / fs,
                 "spec": spec_hardware(sd).speed_for(dst.precision, 0.0) / spec_hardware(ss).speed_for(src.precision, 0.0),
                 "srifty-spec": spec_hardware(sd).speed_for(src.precision, src.conv_share)
