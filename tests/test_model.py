@@ -447,6 +447,42 @@ def test_interval_is_calibrated_on_held_out_models() -> None:
     assert hi_c[0] == pytest.approx(max(hi_p[0], center * np.exp(err[1])))
 
 
+def test_the_held_out_error_is_calibrated_per_share_of_the_step_beyond_compute() -> None:
+    """Four models whose compute-bound runs the simulator gets right and whose communication-bound
+    runs it misses by a different factor each: a model never seen can miss the second by the spread
+    between models, the first only by the scatter of repeated measurements."""
+    import pandas as pd
+
+    from srifty.features import FEATURES
+    from srifty.model import LatencyModel
+    from srifty.model.latency import BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS
+
+    n = MIN_BIN_ROWS
+    X = pd.DataFrame(np.ones((8 * n, len(FEATURES))), columns=FEATURES)
+    X["comm_to_compute"] = np.repeat([0.5, 1.0, 1.5, 2.0], 2 * n)  # tells the models apart
+    bound = np.tile(np.repeat([0, 1], n), 4)  # compute-bound rows, then communication-bound ones
+    X["exposed_to_compute"] = bound
+    X["emulated"], X["transferred"], X["sim_ms"], X["world_size"] = 0.0, 0.0, 100.0, 2.0
+    X["compute_ms"] = np.where(bound == 1, 40.0, 97.0)  # 3% and 60% of the step beyond compute
+    y = 100.0 * np.exp(np.where(bound == 1, np.repeat([0.0, 0.4, 0.1, 0.3], 2 * n), 0.0))
+    groups = np.repeat(["a", "b", "c", "d"], 2 * n)
+    part = LatencyModel(max_iter=50, min_samples_leaf=5).fit(X, y, groups=groups).parts_["real"]
+    compute_bin, mixed_bin, comm_bin = part.held_out_error_by_share
+    assert len(part.held_out_error_by_share) == len(EXPOSED_SHARE_EDGES) + 1 and mixed_bin is None  # no rows there
+    assert -0.02 < compute_bin[0] <= compute_bin[1] < 0.02  # every model's compute-bound runs: exact
+    assert comm_bin[0] < -0.05 and comm_bin[1] > 0.2 and part.held_out_error == pytest.approx(
+        (min(compute_bin[0], comm_bin[0]), max(compute_bin[1], comm_bin[1])))
+    lm = LatencyModel(max_iter=50, min_samples_leaf=5).fit(X, y, groups=groups)
+    rows = X.iloc[[0, n]]
+    # each row its bin's error, no narrower than the scatter of repeated measurements
+    assert lm.held_out_bounds(rows) == pytest.approx(np.array([
+        [-BIN_MIN_HALF_WIDTH, BIN_MIN_HALF_WIDTH], [min(comm_bin[0], -BIN_MIN_HALF_WIDTH), comm_bin[1]]]))
+    low, high = lm.predict_interval(rows)
+    assert high[0] / low[0] < high[1] / low[1]
+    # without a compute column the share is unknown: the pooled error
+    assert lm.held_out_bounds(rows.drop(columns="compute_ms")) == pytest.approx(np.tile(part.held_out_error, (2, 1)))
+
+
 def test_the_residual_is_applied_as_far_as_held_out_models_support_it() -> None:
     import pandas as pd
 
@@ -694,7 +730,7 @@ def test_an_interval_fitted_on_one_model_says_it_is_not_calibrated(pollux_jobs: 
     # what it can measure, it does: each node count of cifar10 predicted from the others bounds the interval
     part = one.latency.parts_["real"]
     assert part.held_out_groups == "node counts" and part.held_out_error is not None
-    low, high = part.held_out_error
+    low, high = one.latency.held_out_bounds(one.builder(target, cat).frame(rows[:1]))[0]
     assert np.log(several.interval_ms[1] / several.iteration_ms) >= high - 1e-9
     assert np.log(several.interval_ms[0] / several.iteration_ms) <= low + 1e-9
     saved = tmp_path / "one.npz"
@@ -888,7 +924,7 @@ def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(p
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
-    from srifty.model.latency import STEP_FLOOR_SCATTER
+    from srifty.model.latency import BIN_MIN_HALF_WIDTH, STEP_FLOOR_SCATTER
 
     pred = m.load(model_file)
     part = pred.latency.parts_["real"]
@@ -902,19 +938,29 @@ def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(p
     assert (read["overlap_unknown"] == 0).all() and (unread["overlap_unknown"] == 1).all()
     centre = np.log(pred.latency.predict(unread) / unread["sim_ms"].to_numpy())
     sim = unread["sim_ms"].to_numpy()
+    read_bounds = pred.latency.held_out_bounds(unread.assign(overlap_unknown=0.0))
+    unread_bounds = pred.latency.held_out_bounds(unread)
+    # each row takes its share bin's bound of the runs as read, or as nobody read them
+    bins = pred.latency._share_bin(pred.latency._compute_share(unread), centre)
+    for b, rows_in in ((b, bins == b) for b in set(bins)):
+        for bounds, pooled, by_share in ((read_bounds, part.held_out_error, part.held_out_error_by_share),
+                                         (unread_bounds, part.held_out_error_unread,
+                                          part.held_out_error_unread_by_share)):
+            expect = pooled if b < 0 or by_share is None or by_share[b] is None else \
+                (min(by_share[b][0], -BIN_MIN_HALF_WIDTH), max(by_share[b][1], BIN_MIN_HALF_WIDTH))
+            assert np.allclose(bounds[rows_in], expect)
     as_read = np.log(np.array(pred.latency.predict_interval(unread.assign(overlap_unknown=0.0))) / sim)
     as_unread = np.log(np.array(pred.latency.predict_interval(unread)) / sim)
     # the bound each takes, where it is the widest term (the interval's quadrature only widens it)
     for side, sign in ((0, -1), (1, 1)):
-        wider = sign * (part.held_out_error_unread[side] - part.held_out_error[side]) > 0
-        assert np.all(sign * (as_unread[side] - as_read[side]) >= -1e-12 if wider else
-                      sign * (as_unread[side] - as_read[side]) <= 1e-12)
+        wider = sign * (unread_bounds[:, side] - read_bounds[:, side]) > 0
+        assert np.all(np.where(wider, sign * (as_unread[side] - as_read[side]) >= -1e-12,
+                               sign * (as_unread[side] - as_read[side]) <= 1e-12))
     assert not np.allclose(as_unread, as_read)
     # the low end: the unread bound, or the measured compute less its scatter where that is higher
     floor = np.log(unread["compute_ms"].to_numpy() * np.minimum(unread["batch_low"].to_numpy(), 1.0) / sim)
-    assert np.all(as_unread[0] <= np.maximum(centre + part.held_out_error_unread[0],
-                                             floor - STEP_FLOOR_SCATTER) + 1e-12)
-    assert np.all(as_unread[1] >= centre + part.held_out_error_unread[1] - 1e-12)
+    assert np.all(as_unread[0] <= np.maximum(centre + unread_bounds[:, 0], floor - STEP_FLOOR_SCATTER) + 1e-12)
+    assert np.all(as_unread[1] >= centre + unread_bounds[:, 1] - 1e-12)
 
 
 def test_validate_holdout_reads_a_trace_and_prints_its_tables(model_file: Path, tmp_path: Path) -> None:

@@ -45,6 +45,12 @@ SHRINK_GRID = tuple(i / 10 for i in range(11))  # shares of the learned residual
 # repeated measurements of one configuration (Pollux's noise floor, 4.9%: docs/ACCURACY.md)
 STEP_FLOOR_SCATTER = 0.05
 REGIMES = ("real", "emulated")
+# the predicted share of the step beyond its slowest worker's compute alone, binned (upper edges):
+# compute-bound, mixed, communication-bound. The interval is calibrated per bin, since a model never
+# seen misses its hidden communication by less than its exposed one
+EXPOSED_SHARE_EDGES = (0.10, 0.40)
+BIN_MIN_HALF_WIDTH = 2 * STEP_FLOOR_SCATTER
+MIN_BIN_ROWS = 20  # a held-out group's rows in a share bin below this: its quantiles there are not used
 
 
 @dataclass
@@ -78,6 +84,22 @@ class ResidualPart:
     # ``held_out_error`` measured on the rows as a job whose overlap nobody read would see them
     # (srifty.model.unread_overlap_table), for rows whose overlap is unknown; None: the same
     held_out_error_unread: tuple[float, float] | None = None
+    # ``held_out_error`` (and ``held_out_error_unread``) per EXPOSED_SHARE_EDGES bin of the predicted
+    # step; None in a bin where fewer than two held-out groups had MIN_BIN_ROWS rows (the pooled one holds)
+    held_out_error_by_share: tuple[tuple[float, float] | None, ...] | None = None
+    held_out_error_unread_by_share: tuple[tuple[float, float] | None, ...] | None = None
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """What :meth:`LatencyModel._held_out` measured on groups held out of the fit (ResidualPart's
+    fields of the same names)."""
+
+    error: tuple[float, float] | None = None
+    shrink: float = 1.0
+    error_unread: tuple[float, float] | None = None
+    by_share: tuple[tuple[float, float] | None, ...] | None = None
+    unread_by_share: tuple[tuple[float, float] | None, ...] | None = None
 
 
 class LatencyModel:
@@ -220,7 +242,7 @@ class LatencyModel:
             with np.errstate(all="ignore"):
                 fmin, fmax = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
             n = int(m.sum())
-            held_out, shrink, held_by, held_out_unread = None, 1.0, "models", None
+            held, held_by = HeldOut(), "models"
             if groups is not None:
                 by = np.asarray(groups, dtype=object)[m]
                 if len(set(by)) < 2:
@@ -228,16 +250,19 @@ class LatencyModel:
                     # misses a cluster size it did not see is measured by holding each out
                     held_by, by = "node counts", np.asarray(Ai[:, RESIDUAL_FEATURES.index("nodes")], dtype=object)
                 mu = reg_unread == i if unread is not None and held_by == "models" else None
-                held_out, shrink, held_out_unread = self._held_out(
-                    Ai, ri, by, None if mu is None else (self._A(X_unread, name, mu), r_unread[mu],
-                                                         np.asarray(groups_unread, dtype=object)[mu]))
+                held = self._held_out(
+                    (Ai, ri, by, self._compute_share(X)[m]),
+                    None if mu is None else (self._A(X_unread, name, mu), r_unread[mu],
+                                             np.asarray(groups_unread, dtype=object)[mu],
+                                             self._compute_share(X_unread)[mu]))
             trend, rest = self._detrend(Ai, ri)
             # kept as arrays (srifty.trees): the estimators' own predictions, without scikit-learn
             centre, lower, upper = (TreeEnsemble.from_estimator(e.fit(Ai, rest)) for e in (
                 self._hgb(), self._hgb(loss="quantile", quantile=self.quantiles[0]),
                 self._hgb(loss="quantile", quantile=self.quantiles[1])))
-            self.parts_[name] = ResidualPart(centre, lower, upper, fmin, fmax, n, held_out, self._slowdown(X, y, m),
-                                             shrink, trend, held_by, held_out_unread)
+            self.parts_[name] = ResidualPart(centre, lower, upper, fmin, fmax, n, held.error, self._slowdown(X, y, m),
+                                             held.shrink, trend, held_by, held.error_unread, held.by_share,
+                                             held.unread_by_share)
         self.n_rows_ = len(y)
         return self
 
@@ -258,30 +283,52 @@ class LatencyModel:
         r = np.log(y[multi] / compute[multi])
         return float(np.min(r)), float(np.max(r))
 
-    def _held_out(self, A: "np.ndarray", r: "np.ndarray", groups: "np.ndarray",
-                  unread: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
-                  ) -> tuple[tuple[float, float] | None, float, tuple[float, float] | None]:
+    @staticmethod
+    def _compute_share(X: "pd.DataFrame") -> "np.ndarray":
+        """log(compute alone / simulated step) per row (NaN without a ``compute_ms`` column): with the
+        residual r, the predicted share of the step beyond compute is 1 - exp(this - r)."""
+        import numpy as np
+
+        if "compute_ms" not in getattr(X, "columns", []):
+            return np.full(len(X), np.nan)
+        with np.errstate(all="ignore"):
+            return np.log(np.asarray(X["compute_ms"], dtype=float) / np.asarray(X["sim_ms"], dtype=float))
+
+    @staticmethod
+    def _share_bin(compute_share: "np.ndarray", residual: "np.ndarray") -> "np.ndarray":
+        """The EXPOSED_SHARE_EDGES bin of each row's predicted step (-1 where compute is unknown)."""
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            beyond = 1.0 - np.exp(compute_share - residual)
+        return np.where(np.isfinite(beyond), np.digitize(beyond, EXPOSED_SHARE_EDGES), -1)
+
+    def _held_out(self, rows: "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
+                  unread: "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None" = None) -> "HeldOut":
         """Each group predicted by a centre model fitted on the others: the share of the residual
         to apply (SHRINK_GRID value with the least mean absolute error per group, groups weighted
         equally) and, with it, the lowest 5% and the highest 95% quantile of any one group's log
-        errors. Each held-out model misses in its own direction, so quantiles pooled over the
-        rows (the large models' rows, mostly) understate how far a new model can miss
-        (docs/latency-model.md, "Errors on models never seen"). ``unread``: (A, r, groups) of the
-        same runs as a model whose overlap nobody read would see them; each group's rows there are
-        predicted by the same centre model, and their quantiles come third (None without).
-        ((None, 1.0, None) with fewer than 2 groups or too few rows outside one.)"""
+        errors, over all its rows and per bin of their predicted share beyond compute (groups with
+        at least MIN_BIN_ROWS rows in the bin, when two or more have). Each held-out model misses
+        in its own direction, so quantiles pooled over the rows (the large models' rows, mostly)
+        understate how far a new model can miss (docs/latency-model.md, "Errors on models never
+        seen"). ``rows`` and ``unread``: (A, r, groups, compute share) of the runs, and of the same
+        runs as a model whose overlap nobody read would see them; each group's rows there are
+        predicted by the same centre model. (An empty HeldOut with fewer than 2 groups or too few
+        rows outside one.)"""
         import numpy as np
 
+        A, r, groups, share = rows
         names = sorted(set(groups))
         if len(names) < 2:
-            return None, 1.0, None
+            return HeldOut()
         pred = np.empty(len(r))
-        A_u, r_u, groups_u = unread if unread is not None else (A[:0], r[:0], groups[:0])
+        A_u, r_u, groups_u, share_u = unread if unread is not None else (A[:0], r[:0], groups[:0], share[:0])
         pred_u = np.zeros(len(r_u))
         for g in names:
             test, test_u = groups == g, groups_u == g
             if (~test).sum() < MIN_RESIDUAL_ROWS:
-                return None, 1.0, None
+                return HeldOut()
             trend, rest = self._detrend(A[~test], r[~test])
             centre = self._hgb().fit(A[~test], rest)
             pred[test] = self._trend(A[test], trend) + centre.predict(A[test])
@@ -291,14 +338,24 @@ class LatencyModel:
         def error(k: float) -> float:
             return float(np.mean([np.mean(np.abs(np.expm1(r[groups == g] - k * pred[groups == g]))) for g in names]))
 
-        def bounds(err: "np.ndarray", by: "np.ndarray") -> tuple[float, float]:
-            present = [g for g in names if (by == g).any()]
+        def bounds(err: "np.ndarray", by: "np.ndarray", least: int = 1) -> tuple[float, float] | None:
+            present = [g for g in names if (by == g).sum() >= least]
+            if len(present) < (1 if least == 1 else 2):
+                return None
             return (min(float(np.quantile(err[by == g], self.quantiles[0])) for g in present),
                     max(float(np.quantile(err[by == g], self.quantiles[1])) for g in present))
 
+        def by_share(err: "np.ndarray", by: "np.ndarray", bins: "np.ndarray"
+                     ) -> tuple[tuple[float, float] | None, ...]:
+            return tuple(bounds(err[bins == b], by[bins == b], MIN_BIN_ROWS)
+                         for b in range(len(EXPOSED_SHARE_EDGES) + 1))
+
         shrink = min(SHRINK_GRID, key=error)
-        return (bounds(r - shrink * pred, groups), shrink,
-                bounds(r_u - shrink * pred_u, groups_u) if unread is not None and len(r_u) else None)
+        err, err_u = r - shrink * pred, r_u - shrink * pred_u
+        has_unread = unread is not None and len(r_u) > 0
+        return HeldOut(bounds(err, groups), shrink, bounds(err_u, groups_u) if has_unread else None,
+                       by_share(err, groups, self._share_bin(share, shrink * pred)),
+                       by_share(err_u, groups_u, self._share_bin(share_u, shrink * pred_u)) if has_unread else None)
 
     def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
         """(regime, row mask, its part) for the regimes present in X."""
@@ -371,6 +428,34 @@ class LatencyModel:
 
         return ~np.isfinite(np.asarray(X["log_grad_mb"], dtype=float)) & (np.asarray(X["world_size"], dtype=float) > 1)
 
+    def held_out_bounds(self, X: "pd.DataFrame") -> "np.ndarray":
+        """(low, high) log error per row that the interval spans at least about the centre: how far
+        the centre missed groups held out of the fit (ResidualPart.held_out_error), in the row's bin
+        of predicted share beyond compute (no narrower there than ±BIN_MIN_HALF_WIDTH, the scatter
+        of repeated measurements) or pooled where its bin has none or its compute is unknown; the
+        unread variant for a row whose overlap nobody read. NaN where the row's regime has none."""
+        import numpy as np
+
+        self._check_X(X)
+        out = np.full((len(X), 2), np.nan)
+        bins = self._share_bin(self._compute_share(X), self.residual(X))
+        unread = np.asarray(X["overlap_unknown"], dtype=float) > 0 if "overlap_unknown" in X.columns \
+            else np.zeros(len(X), dtype=bool)
+        for _, m, part in self._each(X):
+            if part is None or part.held_out_error is None:
+                continue
+            for rows, pooled, by_share in ((m, part.held_out_error, part.held_out_error_by_share),
+                                           (m & unread, part.held_out_error_unread,
+                                            part.held_out_error_unread_by_share)):
+                if pooled is None:
+                    continue
+                out[rows] = pooled
+                for b, bound in enumerate(by_share or ()):
+                    if bound is not None:
+                        out[rows & (bins == b)] = (min(bound[0], -BIN_MIN_HALF_WIDTH),
+                                                   max(bound[1], BIN_MIN_HALF_WIDTH))
+        return out
+
     def predict_interval(self, X: "pd.DataFrame") -> tuple["np.ndarray", "np.ndarray"]:
         """(low, high) ms: the quantile models, widened outside the training range."""
         import numpy as np
@@ -378,20 +463,16 @@ class LatencyModel:
         self._check_X(X)  # raises on a table that is not the model's
         center = self.residual(X)
         lo, hi = center - NO_RESIDUAL_HALF_WIDTH, center + NO_RESIDUAL_HALF_WIDTH
+        held_out = self.held_out_bounds(X)  # no narrower than the error on unseen models
         for name, m, part in self._each(X):
             if part is not None:
                 Am = self._A(X, name, m)
                 trend = self._trend(Am, part.trend)
                 lo[m] = np.minimum(trend + part.lower.predict(Am), center[m])
                 hi[m] = np.maximum(trend + part.upper.predict(Am), center[m])
-                if part.held_out_error is not None:  # no narrower than the error on unseen models
-                    err = np.tile(part.held_out_error, (len(X), 1))
-                    if part.held_out_error_unread is not None and "overlap_unknown" in X.columns:
-                        # a job whose overlap nobody read: as the training models missed unread
-                        unread = np.asarray(X["overlap_unknown"], dtype=float) > 0
-                        err[unread] = part.held_out_error_unread
-                    lo[m] = np.minimum(lo[m], center[m] + err[m, 0])
-                    hi[m] = np.maximum(hi[m], center[m] + err[m, 1])
+                if part.held_out_error is not None:
+                    lo[m] = np.minimum(lo[m], center[m] + held_out[m, 0])
+                    hi[m] = np.maximum(hi[m], center[m] + held_out[m, 1])
                 blind = m & self.communication_unknown(X)
                 if part.multi_worker_slowdown is not None and blind.any():
                     # no gradient size, so sim_ms is the compute alone: anywhere from there to

@@ -31,6 +31,11 @@ FORMAT_VERSION = 3  # 2: skops archives of scikit-learn estimators (srifty befor
 TREES = ("model", "lower", "upper")
 
 
+def _bins(saved: list[list[float] | None] | None) -> tuple[tuple[float, float] | None, ...] | None:
+    """ResidualPart's per-share held-out errors as JSON gave them back (lists for tuples)."""
+    return None if saved is None else tuple(None if b is None else (float(b[0]), float(b[1])) for b in saved)
+
+
 def save(predictor: Predictor, path: str | Path) -> None:
     """Write the predictor (atomically) as tree arrays plus JSON metadata."""
     import numpy as np
@@ -46,7 +51,10 @@ def save(predictor: Predictor, path: str | Path) -> None:
             "shrink": {k: v.shrink for k, v in lm.parts_.items() if v is not None},
             "trend": {k: v.trend for k, v in lm.parts_.items() if v is not None},
             "held_out_groups": {k: v.held_out_groups for k, v in lm.parts_.items() if v is not None},
-            "held_out_error_unread": {k: v.held_out_error_unread for k, v in lm.parts_.items() if v is not None}}
+            "held_out_error_unread": {k: v.held_out_error_unread for k, v in lm.parts_.items() if v is not None},
+            "held_out_error_by_share": {k: v.held_out_error_by_share for k, v in lm.parts_.items() if v is not None},
+            "held_out_error_unread_by_share": {k: v.held_out_error_unread_by_share for k, v in lm.parts_.items()
+                                               if v is not None}}
     arrays: dict[str, Any] = {"format": np.array(MODEL_FORMAT), "version": np.array(FORMAT_VERSION),
                               "meta_json": np.array(json.dumps(meta))}
     for name, part in lm.parts_.items():
@@ -89,7 +97,7 @@ def read_card(model_path: str | Path) -> dict[str, Any] | None:
 # re-fitted and the golden predictions written again (`make model`). A saved or cached model
 # whose card names another revision is stale. Edits that move no prediction (a comment, a
 # rename) change nothing.
-MODEL_REVISION = 15
+MODEL_REVISION = 16
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
@@ -150,6 +158,8 @@ def load(path: str | Path) -> Predictor:
         trend = meta.pop("trend", {})
         held_by = meta.pop("held_out_groups", {})
         unread = meta.pop("held_out_error_unread", {})
+        by_share = meta.pop("held_out_error_by_share", {})
+        unread_by_share = meta.pop("held_out_error_unread_by_share", {})
         for name, n_rows in meta.pop("regimes").items():
             err, slow = held_out.get(name), slowdown.get(name)
             lm.parts_[name] = None if n_rows is None else ResidualPart(
@@ -158,7 +168,8 @@ def load(path: str | Path) -> Predictor:
                 np.asarray(arrays[f"{name}_feature_max"], dtype=float), int(n_rows),
                 tuple(err) if err else None, tuple(slow) if slow else None, float(shrink.get(name, 1.0)),
                 tuple(trend.get(name, (0.0, 0.0))), str(held_by.get(name, "models")),
-                tuple(unread[name]) if unread.get(name) else None)
+                tuple(unread[name]) if unread.get(name) else None,
+                _bins(by_share.get(name)), _bins(unread_by_share.get(name)))
         lm.feature_names_in_ = np.array(RESIDUAL_FEATURES, dtype=object)
         lm.n_features_in_ = len(RESIDUAL_FEATURES)
         lm.n_rows_ = meta.pop("n_rows")
