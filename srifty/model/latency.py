@@ -428,17 +428,18 @@ class LatencyModel:
 
         return ~np.isfinite(np.asarray(X["log_grad_mb"], dtype=float)) & (np.asarray(X["world_size"], dtype=float) > 1)
 
-    def held_out_bounds(self, X: "pd.DataFrame") -> "np.ndarray":
+    def held_out_bounds(self, X: "pd.DataFrame", residual: "np.ndarray | None" = None) -> "np.ndarray":
         """(low, high) log error per row that the interval spans at least about the centre: how far
         the centre missed groups held out of the fit (ResidualPart.held_out_error), in the row's bin
         of predicted share beyond compute (no narrower there than ±BIN_MIN_HALF_WIDTH, the scatter
         of repeated measurements) or pooled where its bin has none or its compute is unknown; the
-        unread variant for a row whose overlap nobody read. NaN where the row's regime has none."""
+        unread variant for a row whose overlap nobody read. NaN where the row's regime has none.
+        ``residual``: :meth:`residual` of X, where the caller has it."""
         import numpy as np
 
         self._check_X(X)
         out = np.full((len(X), 2), np.nan)
-        bins = self._share_bin(self._compute_share(X), self.residual(X))
+        bins = self._share_bin(self._compute_share(X), self.residual(X) if residual is None else residual)
         unread = np.asarray(X["overlap_unknown"], dtype=float) > 0 if "overlap_unknown" in X.columns \
             else np.zeros(len(X), dtype=bool)
         for _, m, part in self._each(X):
@@ -463,7 +464,7 @@ class LatencyModel:
         self._check_X(X)  # raises on a table that is not the model's
         center = self.residual(X)
         lo, hi = center - NO_RESIDUAL_HALF_WIDTH, center + NO_RESIDUAL_HALF_WIDTH
-        held_out = self.held_out_bounds(X)  # no narrower than the error on unseen models
+        held_out = self.held_out_bounds(X, center)  # no narrower than the error on unseen models
         for name, m, part in self._each(X):
             if part is not None:
                 Am = self._A(X, name, m)
