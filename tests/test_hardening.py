@@ -242,7 +242,7 @@ def _catalog_with(tmp_path: Path, column: str, value: str) -> Path:
 def test_catalog_rows_with_impossible_numbers_are_refused(tmp_path: Path, column: str, value: str,
                                                           needle: str) -> None:
     code, _, err = srifty("catalog", "--catalog", _catalog_with(tmp_path, column, value), "list")
-    assert_clear_error(code, err, f"line 2", column, needle)
+    assert_clear_error(code, err, "line 2", column, needle)
 
 
 def test_configurations_beyond_any_cluster_are_refused() -> None:

@@ -9,13 +9,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from srifty import profile as profile_mod
 from srifty import stats
-
 from conftest import EXAMPLES, PROFILES, ROOT, SCRIPTS, run_srifty
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 pytestmark = pytest.mark.slow
 

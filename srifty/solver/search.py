@@ -33,7 +33,7 @@ the module of srifty.solver that holds each step:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
@@ -44,9 +44,6 @@ from srifty.solver.offers import _goodput_into, _grid, build_offers
 from srifty.solver.results import Recommendation, Result
 from srifty.solver.rows import _config_text, _pareto, _recommendation
 from srifty.solver.space import _capacity_units, _offer_table, _prune, _Space
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
 
 
 def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, objective: Objective | None = None,
