@@ -479,8 +479,10 @@ def test_the_held_out_error_is_calibrated_per_share_of_the_step_beyond_compute()
         [-BIN_MIN_HALF_WIDTH, BIN_MIN_HALF_WIDTH], [min(comm_bin[0], -BIN_MIN_HALF_WIDTH), comm_bin[1]]]))
     low, high = lm.predict_interval(rows)
     assert high[0] / low[0] < high[1] / low[1]
-    # without a compute column the share is unknown: the pooled error
-    assert lm.held_out_bounds(rows.drop(columns="compute_ms")) == pytest.approx(np.tile(part.held_out_error, (2, 1)))
+    # without a compute time the share is unknown: the pooled error
+    pooled = np.tile(part.held_out_error, (2, 1))
+    assert lm.held_out_bounds(rows.drop(columns="compute_ms")) == pytest.approx(pooled)
+    assert lm.held_out_bounds(rows.assign(compute_ms=[0.0, np.nan])) == pytest.approx(pooled)
 
 
 def test_the_residual_is_applied_as_far_as_held_out_models_support_it() -> None:

@@ -285,14 +285,16 @@ class LatencyModel:
 
     @staticmethod
     def _compute_share(X: "pd.DataFrame") -> "np.ndarray":
-        """log(compute alone / simulated step) per row (NaN without a ``compute_ms`` column): with the
-        residual r, the predicted share of the step beyond compute is 1 - exp(this - r)."""
+        """log(compute alone / simulated step) per row (NaN without a ``compute_ms`` column, or where
+        it is not a positive time): with the residual r, the predicted share of the step beyond
+        compute is 1 - exp(this - r)."""
         import numpy as np
 
         if "compute_ms" not in getattr(X, "columns", []):
             return np.full(len(X), np.nan)
+        compute = np.asarray(X["compute_ms"], dtype=float)
         with np.errstate(all="ignore"):
-            return np.log(np.asarray(X["compute_ms"], dtype=float) / np.asarray(X["sim_ms"], dtype=float))
+            return np.where(compute > 0, np.log(compute / np.asarray(X["sim_ms"], dtype=float)), np.nan)
 
     @staticmethod
     def _share_bin(compute_share: "np.ndarray", residual: "np.ndarray") -> "np.ndarray":
