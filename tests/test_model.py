@@ -1166,8 +1166,16 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     want = 3 * doc["job"]["forward_flops"] / (fb.curve("p5en.48xlarge").at(32) / 1e3) / 494.5e12
     assert fb.peak_share("p5en.48xlarge", 32) == pytest.approx(want) and want < 0.01
     assert fb.peak_share("p4d.24xlarge", 32) == fb.peak_share("p5en.48xlarge", 32)  # the compute source's
-    _, _, note = fb.compute_ms("p4d.24xlarge", 32)
+    carried, _, note = fb.compute_ms("p4d.24xlarge", 32)
     assert "the profiled step reaches 0.4% of p5en.48xlarge's spec FLOPS" in note
+    # the interval reaches the step with only that arithmetic carried: the rest (launches, host) kept
+    profiled = fb.curve("p5en.48xlarge").at(32)
+    reach = fb.arithmetic_reach("p4d.24xlarge", 32)
+    kept = profiled * (1 - want) + profiled * want * carried / profiled
+    assert reach == pytest.approx(kept / carried) and carried > 2 * profiled and reach < 0.5
+    assert fb.batch_bounds("p4d.24xlarge", 32)[0] == pytest.approx((reach, 1.0))
+    assert f"its interval reaches x{reach:.2f} of the figure" in note
+    assert fb.arithmetic_reach("p5en.48xlarge", 32) is None  # profiled there: nothing carried
     # outside the profiled batches the clause is said once, in the transfer note, not again in the batch one
     from srifty.configspec import parse_config
 
@@ -1180,12 +1188,17 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     fb = FeatureBuilder(lm, m.catalog_for_jobs([lm]))
     assert fb.peak_share("p5en.48xlarge", 128) > 0.4 > LAUNCH_BOUND_PEAK_SHARE > fb.peak_share("p5en.48xlarge", 8)
     assert fb.launch_bound_note("p4d.24xlarge", 512) == "" and fb.launch_bound_note("p4d.24xlarge", 8)
+    # near its peak the reach stays near the ratio's figure; far below it, near the profiled step
+    near, far = fb.arithmetic_reach("p4d.24xlarge", 128), fb.arithmetic_reach("p4d.24xlarge", 8)
+    k = fb.compute_ms("p4d.24xlarge", 128)[0] / fb.curve("p5en.48xlarge").at(128)
+    assert 1 / k < far < near < 1 and near == pytest.approx(1 / k + fb.peak_share("p5en.48xlarge", 128) * (1 - 1 / k))
     # a CPU profile has no GPU peak to hold it against
     from srifty.catalog import Catalog
     from srifty.oracle import load_inputs
 
     cpu, hosts = load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], Catalog.default())
     assert FeatureBuilder(cpu, hosts).peak_share("local", 32) is None
+    assert FeatureBuilder(cpu, hosts).arithmetic_reach("p4d.24xlarge", 32) is None  # the operator model carries it
 
 
 def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h200_measurements(

@@ -288,6 +288,34 @@ class FeatureBuilder:
                 "launches and the host more than the GPU's arithmetic set its time, so it changes less than a "
                 "FLOPS-based ratio or the batch says)")
 
+    def arithmetic_reach(self, instance_type: str, batch: float) -> float | None:
+        """The step on ``instance_type`` with only its arithmetic carried from the GPU it was
+        profiled on, over the step the speed ratio gives (None: profiled there, carried otherwise,
+        or no FLOP count). A step is its arithmetic (at least 3 x the counted forward FLOPs at the
+        source's spec peak: :meth:`peak_share` of it) plus launches and host work, which a faster
+        or slower GPU leaves about as they are; the speed ratio carries the whole step. So with the
+        ratio k (carried over profiled time) and the share u, the step lies between the ratio's and
+        1/k + u (1 - 1/k) of it: near the ratio for a job at its GPU's peak, near the unchanged
+        profiled step for a launch-bound one."""
+        if self.transfer_method(instance_type) not in ("gpu-speed-factors", "spec-speed"):
+            return None
+        src = self.compute_source(instance_type)
+        share = self.peak_share(instance_type, batch)
+        speeds = self._speeds(src, instance_type) if src else None
+        if share is None or speeds is None:
+            return None
+        k, u = speeds[0] / speeds[1], min(share, 1.0)
+        return 1.0 / k + u * (1.0 - 1.0 / k)
+
+    def reach_note(self, instance_type: str, batch: float) -> str:
+        """'' or the clause saying how far the interval reaches for :meth:`arithmetic_reach`."""
+        reach = self.arithmetic_reach(instance_type, batch)
+        if reach is None or abs(math.log(reach)) < 0.01:
+            return ""
+        return (f"; its interval reaches x{reach:.2f} of the figure, the step with only its arithmetic "
+                f"({min(self.peak_share(instance_type, batch) or 0.0, 1.0):.1%} of it at the spec peak) carried "
+                f"from {self.compute_source(instance_type)}")
+
     def batch_bounds(self, instance_type: str, batch: float) -> tuple[tuple[float, float], str | None]:
         """(least, most) compute at ``batch`` over the estimate, as ratios (ComputeCurve.bounds of
         ``instance_type``'s curve, or of the type its compute is transferred from), and the warning
@@ -300,14 +328,17 @@ class FeatureBuilder:
         if curve is None:
             return (1.0, 1.0), None
         bounds, at = curve.bounds(batch), curve.at(batch)
+        # carried from another GPU, the step may keep its launches and host work (arithmetic_reach)
+        reach = self.arithmetic_reach(instance_type, batch) or 1.0
+        ratios = (bounds[0] / at * min(reach, 1.0), bounds[1] / at * max(reach, 1.0))
         if curve.covers(batch):
-            return (bounds[0] / at, bounds[1] / at), None
+            return ratios, None
         note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
                 f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
                 f"interval takes that in; profile at batch {batch:g} for a measured figure"
                 # a transferred type's compute note already carries the launch-bound clause
                 + (self.launch_bound_note(instance_type, batch) if src == instance_type else ""))
-        return (bounds[0] / at, bounds[1] / at), note
+        return ratios, note
 
     def compute_ms(self, instance_type: str, batch: float) -> tuple[float, bool, str | None]:
         """Per-worker compute at ``batch`` on ``instance_type`` and whether it was transferred.
@@ -334,7 +365,7 @@ class FeatureBuilder:
                               + ", a rough "
                               "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
                               f"miss); profile on {instance_type} for a measured figure"
-                              + self.launch_bound_note(instance_type, batch))
+                              + self.launch_bound_note(instance_type, batch) + self.reach_note(instance_type, batch))
 
     def transfer_method(self, instance_type: str) -> str | None:
         """How ``instance_type``'s compute is carried from a profiled type (None: profiled there):
