@@ -340,16 +340,17 @@ class LatencyModel:
         def error(k: float) -> float:
             return float(np.mean([np.mean(np.abs(np.expm1(r[groups == g] - k * pred[groups == g]))) for g in names]))
 
-        def bounds(err: "np.ndarray", by: "np.ndarray", least: int = 1) -> tuple[float, float] | None:
+        def bounds(err: "np.ndarray", by: "np.ndarray", least: int = 1, groups_needed: int = 1
+                   ) -> tuple[float, float] | None:
             present = [g for g in names if (by == g).sum() >= least]
-            if len(present) < (1 if least == 1 else 2):
+            if len(present) < groups_needed:
                 return None
             return (min(float(np.quantile(err[by == g], self.quantiles[0])) for g in present),
                     max(float(np.quantile(err[by == g], self.quantiles[1])) for g in present))
 
         def by_share(err: "np.ndarray", by: "np.ndarray", bins: "np.ndarray"
                      ) -> tuple[tuple[float, float] | None, ...]:
-            return tuple(bounds(err[bins == b], by[bins == b], MIN_BIN_ROWS)
+            return tuple(bounds(err[bins == b], by[bins == b], MIN_BIN_ROWS, 2)
                          for b in range(len(EXPOSED_SHARE_EDGES) + 1))
 
         shrink = min(SHRINK_GRID, key=error)
