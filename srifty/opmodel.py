@@ -167,14 +167,18 @@ class GpuStepModel:
             return self.q05, self.q95
         return -math.hypot(self.q05, self.other_gpu_q05), math.hypot(self.q95, self.other_gpu_q95)
 
+    def fixed_ms(self, terms: StepTerms) -> tuple[float, float]:
+        """(compute, post) milliseconds that do not depend on the GPU's speed: the host floor and
+        the kernel launches before the gradients are ready, then the optimizer's launches and the
+        host's loading of the next batch."""
+        return (self.host_ms + self.launch_us * terms.compute_kernels / 1e3,
+                self.launch_us * terms.post_kernels / 1e3 + self.host_factor * terms.host_input_ms)
+
     def split_ms(self, terms: StepTerms) -> tuple[float, float]:
-        """(compute, post) milliseconds: the host floor and the kernels and device time before the
-        gradients are ready, then the optimizer's and the host's loading of the next batch."""
-        compute = self.host_ms + self.launch_us * terms.compute_kernels / 1e3 + \
-            self.device_factor * terms.compute_device_ms
-        post = self.launch_us * terms.post_kernels / 1e3 + self.device_factor * terms.post_device_ms + \
-            self.host_factor * terms.host_input_ms
-        return compute, post
+        """(compute, post) milliseconds: :meth:`fixed_ms` plus the device time of each part."""
+        compute, post = self.fixed_ms(terms)
+        return (compute + self.device_factor * terms.compute_device_ms,
+                post + self.device_factor * terms.post_device_ms)
 
     def step_ms(self, terms: StepTerms) -> float:
         return sum(self.split_ms(terms))

@@ -1168,14 +1168,15 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     assert fb.peak_share("p4d.24xlarge", 32) == fb.peak_share("p5en.48xlarge", 32)  # the compute source's
     carried, _, note = fb.compute_ms("p4d.24xlarge", 32)
     assert "the profiled step reaches 0.4% of p5en.48xlarge's spec FLOPS" in note
-    # the interval reaches the step with only that arithmetic carried: the rest (launches, host) kept
+    # without an operator count the whole step is carried by the ratio; the interval reaches the
+    # step with only that arithmetic carried, the rest (launches, host) kept
     profiled = fb.curve("p5en.48xlarge").at(32)
-    reach = fb.arithmetic_reach("p4d.24xlarge", 32)
-    kept = profiled * (1 - want) + profiled * want * carried / profiled
-    assert reach == pytest.approx(kept / carried) and carried > 2 * profiled and reach < 0.5
-    assert fb.batch_bounds("p4d.24xlarge", 32)[0] == pytest.approx((reach, 1.0))
-    assert f"its interval reaches x{reach:.2f} of the figure" in note
-    assert fb.arithmetic_reach("p5en.48xlarge", 32) is None  # profiled there: nothing carried
+    low, high = fb.transfer_bounds("p4d.24xlarge", 32)
+    least = profiled * (1 - want) + profiled * want * carried / profiled
+    assert (low, high) == pytest.approx((least / carried, 1.0)) and carried > 2 * profiled and low < 0.5
+    assert fb.batch_bounds("p4d.24xlarge", 32)[0] == pytest.approx((low, high))
+    assert f"its interval spans x{low:.2f} to x1.00 of the figure" in note and "operator model puts" not in note
+    assert fb.transfer_bounds("p5en.48xlarge", 32) is None  # profiled there: nothing carried
     # outside the profiled batches the clause is said once, in the transfer note, not again in the batch one
     from srifty.configspec import parse_config
 
@@ -1189,7 +1190,7 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     assert fb.peak_share("p5en.48xlarge", 128) > 0.4 > LAUNCH_BOUND_PEAK_SHARE > fb.peak_share("p5en.48xlarge", 8)
     assert fb.launch_bound_note("p4d.24xlarge", 512) == "" and fb.launch_bound_note("p4d.24xlarge", 8)
     # near its peak the reach stays near the ratio's figure; far below it, near the profiled step
-    near, far = fb.arithmetic_reach("p4d.24xlarge", 128), fb.arithmetic_reach("p4d.24xlarge", 8)
+    near, far = fb.transfer_bounds("p4d.24xlarge", 128)[0], fb.transfer_bounds("p4d.24xlarge", 8)[0]
     k = fb.compute_ms("p4d.24xlarge", 128)[0] / fb.curve("p5en.48xlarge").at(128)
     assert 1 / k < far < near < 1 and near == pytest.approx(1 / k + fb.peak_share("p5en.48xlarge", 128) * (1 - 1 / k))
     # a CPU profile has no GPU peak to hold it against
@@ -1198,7 +1199,7 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
 
     cpu, hosts = load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], Catalog.default())
     assert FeatureBuilder(cpu, hosts).peak_share("local", 32) is None
-    assert FeatureBuilder(cpu, hosts).arithmetic_reach("p4d.24xlarge", 32) is None  # the operator model carries it
+    assert FeatureBuilder(cpu, hosts).transfer_bounds("p4d.24xlarge", 32) is None  # the operator model carries it
 
 
 def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h200_measurements(
@@ -1903,3 +1904,51 @@ def test_a_gpu_profile_with_operator_counts_is_carried_to_other_batches_by_the_o
             assert low <= curve.at(large) <= high
     assert statistics.median(errors) < 0.25 < 1.0 < statistics.median(proportional)
     assert sum(e < p for e, p in zip(errors, proportional)) == len(errors)
+
+
+def test_a_gpu_profile_with_operator_counts_keeps_its_launches_on_another_gpu(tmp_path: Path) -> None:
+    """profiles/h200 given the operator count the profiler records (from the CPU profile of the
+    same example and batch, as above): carried to the A100 of a p4d, the operator model's launches
+    and host work stay as they are and only the rest goes by the speed ratio; a launch-bound CNN then
+    barely changes, a transformer near its peak goes most of the way, and both stay within the
+    interval's ends (only the arithmetic carried, the whole step carried)."""
+    from srifty import model as m
+    from srifty.features import FeatureBuilder, load_job
+
+    moved = {}
+    for example, batch in (("cnn_resnet", 128), ("transformer_lm", 128)):
+        doc = json.loads((ROOT / "profiles" / "h200" / example / f"b{batch}.json").read_text())
+        cpu = json.loads((ROOT / "profiles" / "cpu" / example / f"b{batch}.json").read_text())
+        doc["job"]["operators"] = cpu["job"]["operators"]
+        (tmp_path / example).mkdir()
+        (tmp_path / example / f"b{batch}.json").write_text(json.dumps(doc))
+        job = load_job(tmp_path / example)
+        fb = FeatureBuilder(job, m.catalog_for_jobs([job]))
+        plain = FeatureBuilder(load_job(ROOT / "profiles" / "h200" / example), m.catalog_for_jobs([job]))
+        profiled = fb.curve("p5en.48xlarge").at(batch)
+        whole, _, _ = plain.compute_ms("p4d.24xlarge", batch)  # no operator count: all by the ratio
+        split, transferred, note = fb.compute_ms("p4d.24xlarge", batch)
+        kept = fb.kept_share("p5en.48xlarge", batch)
+        assert plain.kept_share("p5en.48xlarge", batch) == 0.0 and transferred
+        # the operator model's fixed costs over its compute on the H200, at most all but the arithmetic at peak
+        h200 = fb.hardware("p5en.48xlarge")
+        terms = job.operator_terms(batch, h200.peak_tflops(job.precision), h200.mem_gbytes_per_s)
+        sm = fb.step_model
+        fixed = (sm.host_ms + sm.launch_us * terms.compute_kernels / 1e3) / sm.split_ms(terms)[0]
+        post_fixed = (sm.launch_us * terms.post_kernels / 1e3 + sm.host_factor * terms.host_input_ms) / \
+            sm.split_ms(terms)[1]
+        assert fb.kept_share("p5en.48xlarge", batch, "post") == pytest.approx(post_fixed)
+        post, whole_post = fb.post_ms("p4d.24xlarge", batch), plain.post_ms("p4d.24xlarge", batch)
+        own_post = fb.post_ms("p5en.48xlarge", batch)
+        assert post == pytest.approx(own_post * (post_fixed + (1 - post_fixed) * whole_post / own_post))
+        assert kept == pytest.approx(min(fixed, 1 - fb.peak_share("p5en.48xlarge", batch)))
+        assert split == pytest.approx(profiled * (kept + (1 - kept) * whole / profiled))
+        assert f"the operator model puts {kept:.0%} of the profiled step in kernel launches" in note
+        low, high = fb.transfer_bounds("p4d.24xlarge", batch)
+        least = profiled * (1 - fb.peak_share("p5en.48xlarge", batch) * (1 - whole / profiled))
+        assert (low * split, high * split) == pytest.approx((least, whole))
+        assert least <= split <= whole
+        moved[example] = (split / profiled, whole / profiled)
+    (cnn, cnn_whole), (lm, lm_whole) = moved["cnn_resnet"], moved["transformer_lm"]
+    assert cnn < 1.2 < 2 < cnn_whole  # launch-bound: nearly unchanged where the ratio says over 2x
+    assert lm - 1 > (cnn - 1) * 3 and lm < lm_whole  # near its peak: carried much further

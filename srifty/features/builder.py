@@ -196,17 +196,38 @@ class FeatureBuilder:
             return None
         return sa, sb
 
-    def _transfer(self, instance_type: str, batch: float, curve_of: Callable[[str], ComputeCurve | None]
-                  ) -> tuple[float, str] | None:
+    def _transfer(self, instance_type: str, batch: float, curve_of: Callable[[str], ComputeCurve | None],
+                  part: str | None = None) -> tuple[float, str] | None:
+        """(time on ``instance_type``, the profiled type it comes from): the nearest profiled type's
+        ``curve_of`` time carried by the speed ratio; with ``part`` ("compute" or "post"), the ratio
+        carries only what :meth:`kept_share` of that part does not keep."""
         best = None
         for src in self.job.instance_types:
             sc = curve_of(src)
             sp = self._speeds(src, instance_type)
             if sc is None or sp is None:
                 continue
-            cand = (abs(math.log(sp[0] / sp[1])), src, sc.at(batch) * sp[0] / sp[1])
+            kept = self.kept_share(src, batch, part) if part else 0.0
+            cand = (abs(math.log(sp[0] / sp[1])), src, sc.at(batch) * (kept + (1.0 - kept) * sp[0] / sp[1]))
             best = min(best, cand) if best else cand
         return (best[2], best[1]) if best else None
+
+    def kept_share(self, src: str, batch: float, part: str = "compute") -> float:
+        """The share of ``src``'s profiled ``part`` of the step at ``batch`` ("compute": forward and
+        backward; "post": the optimizer and loading the next batch) that another GPU leaves as it
+        is: the launches and host work of the operator model's step there (srifty.opmodel: its
+        host floor, per-kernel cost and host loading against its device time); for the compute, at
+        most all but the arithmetic at the spec peak (:meth:`peak_share`). 0 (all carried by the
+        ratio) without an operator count, or off a GPU."""
+        hw = self.hardware(src)
+        peak, bandwidth = hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s
+        if self.job.operators is None or self.step_model is None or hw.emulated or not peak or not bandwidth:
+            return 0.0
+        terms = self.job.operator_terms(batch, peak, bandwidth)
+        (fixed, fixed_post), (compute, post) = self.step_model.fixed_ms(terms), self.step_model.split_ms(terms)
+        if part == "post":
+            return fixed_post / post if post > 0 else 0.0
+        return min(fixed / compute, 1.0 - min(self.peak_share(src, batch) or 0.0, 1.0)) if compute > 0 else 0.0
 
     def by_operators(self, instance_type: str) -> bool:
         """Whether ``instance_type``'s compute comes from the operator model (srifty.opmodel): a GPU
@@ -288,15 +309,14 @@ class FeatureBuilder:
                 "launches and the host more than the GPU's arithmetic set its time, so it changes less than a "
                 "FLOPS-based ratio or the batch says)")
 
-    def arithmetic_reach(self, instance_type: str, batch: float) -> float | None:
-        """The step on ``instance_type`` with only its arithmetic carried from the GPU it was
-        profiled on, over the step the speed ratio gives (None: profiled there, carried otherwise,
-        or no FLOP count). A step is its arithmetic (at least 3 x the counted forward FLOPs at the
-        source's spec peak: :meth:`peak_share` of it) plus launches and host work, which a faster
-        or slower GPU leaves about as they are; the speed ratio carries the whole step. So with the
-        ratio k (carried over profiled time) and the share u, the step lies between the ratio's and
-        1/k + u (1 - 1/k) of it: near the ratio for a job at its GPU's peak, near the unchanged
-        profiled step for a launch-bound one."""
+    def transfer_bounds(self, instance_type: str, batch: float) -> tuple[float, float] | None:
+        """(least, most) compute on ``instance_type`` over its estimate, as ratios, for compute
+        carried from another GPU by the speed ratio k (None: profiled there, carried otherwise, or
+        no FLOP count). A step is its arithmetic, at least the share u of it at the source's spec
+        peak (:meth:`peak_share`), plus launches and host work, which another GPU leaves about as
+        they are. So the step lies between the profiled one with only that arithmetic carried,
+        1 - u + u k of it, and the whole step carried, k of it; the estimate carries all but
+        :meth:`kept_share` (all of it without an operator count), which lies between the two."""
         if self.transfer_method(instance_type) not in ("gpu-speed-factors", "spec-speed"):
             return None
         src = self.compute_source(instance_type)
@@ -304,17 +324,23 @@ class FeatureBuilder:
         speeds = self._speeds(src, instance_type) if src else None
         if share is None or speeds is None:
             return None
-        k, u = speeds[0] / speeds[1], min(share, 1.0)
-        return 1.0 / k + u * (1.0 - 1.0 / k)
+        k, u, kept = speeds[0] / speeds[1], min(share, 1.0), self.kept_share(src, batch)
+        estimate = kept + (1.0 - kept) * k
+        least, most = sorted((1.0 - u + u * k, k))
+        return min(least / estimate, 1.0), max(most / estimate, 1.0)
 
-    def reach_note(self, instance_type: str, batch: float) -> str:
-        """'' or the clause saying how far the interval reaches for :meth:`arithmetic_reach`."""
-        reach = self.arithmetic_reach(instance_type, batch)
-        if reach is None or abs(math.log(reach)) < 0.01:
+    def transfer_note(self, instance_type: str, batch: float) -> str:
+        """'' or the clause saying what :meth:`kept_share` kept and how far :meth:`transfer_bounds` reach."""
+        bounds = self.transfer_bounds(instance_type, batch)
+        if bounds is None or (abs(math.log(bounds[0])) < 0.01 and abs(math.log(bounds[1])) < 0.01):
             return ""
-        return (f"; its interval reaches x{reach:.2f} of the figure, the step with only its arithmetic "
-                f"({min(self.peak_share(instance_type, batch) or 0.0, 1.0):.1%} of it at the spec peak) carried "
-                f"from {self.compute_source(instance_type)}")
+        src = self.compute_source(instance_type)
+        kept = self.kept_share(src, batch) if src else 0.0
+        return ((f"; the operator model puts {kept:.0%} of the profiled step in kernel launches and host work, "
+                 "kept as they are, the rest carried by the ratio" if kept > 0 else "")
+                + f"; its interval spans x{bounds[0]:.2f} to x{bounds[1]:.2f} of the figure, from the step with only "
+                f"its arithmetic ({min(self.peak_share(instance_type, batch) or 0.0, 1.0):.1%} of it at the spec peak) "
+                f"carried from {src} to the whole step carried by the ratio")
 
     def batch_bounds(self, instance_type: str, batch: float) -> tuple[tuple[float, float], str | None]:
         """(least, most) compute at ``batch`` over the estimate, as ratios (ComputeCurve.bounds of
@@ -328,9 +354,9 @@ class FeatureBuilder:
         if curve is None:
             return (1.0, 1.0), None
         bounds, at = curve.bounds(batch), curve.at(batch)
-        # carried from another GPU, the step may keep its launches and host work (arithmetic_reach)
-        reach = self.arithmetic_reach(instance_type, batch) or 1.0
-        ratios = (bounds[0] / at * min(reach, 1.0), bounds[1] / at * max(reach, 1.0))
+        # carried from another GPU, the step may keep its launches and host work, or not (transfer_bounds)
+        carried = self.transfer_bounds(instance_type, batch) or (1.0, 1.0)
+        ratios = (bounds[0] / at * carried[0], bounds[1] / at * carried[1])
         if curve.covers(batch):
             return ratios, None
         note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
@@ -351,7 +377,7 @@ class FeatureBuilder:
             return c.at(batch), False, None
         if self.by_operators(instance_type):
             return self.operator_step_ms(instance_type, batch)[0], True, self.operator_note(instance_type)
-        got = self._transfer(instance_type, batch, self.curve)
+        got = self._transfer(instance_type, batch, self.curve, "compute")
         if got is None:
             raise SriftyError(
                 f"Cannot transfer {self.job.model}'s compute time to {instance_type}: no spec figures to compare "
@@ -365,7 +391,7 @@ class FeatureBuilder:
                               + ", a rough "
                               "estimate (docs/ACCURACY.md, 'Compute transfer across GPUs', shows how far such ratios "
                               f"miss); profile on {instance_type} for a measured figure"
-                              + self.launch_bound_note(instance_type, batch) + self.reach_note(instance_type, batch))
+                              + self.launch_bound_note(instance_type, batch) + self.transfer_note(instance_type, batch))
 
     def transfer_method(self, instance_type: str) -> str | None:
         """How ``instance_type``'s compute is carried from a profiled type (None: profiled there):
@@ -392,7 +418,7 @@ class FeatureBuilder:
             return c.at(batch)
         if self.curve(instance_type) is None and self.by_operators(instance_type):
             return self.operator_step_ms(instance_type, batch)[1]
-        got = self._transfer(instance_type, batch, self.post_ms_curve)
+        got = self._transfer(instance_type, batch, self.post_ms_curve, "post")
         return got[0] if got else 0.0
 
     def rel_ci(self, instance_type: str) -> float | None:
