@@ -1873,6 +1873,20 @@ def test_each_model_s_network_regime_is_its_median_share_beyond_compute() -> Non
     assert len(set(got.values())) >= 2  # the corpus has a regime to leave out (ACCURACY.md, pollux/loro)
 
 
+def _h200_with_operator_count(example: str, batch: int, tmp_path: Path) -> Any:
+    """profiles/h200's profile of ``example`` at ``batch`` with the operator count the profiler
+    now records, taken from the CPU profile of the same example and batch (the count does not
+    depend on the device; the H200 profiles predate it), loaded as a job."""
+    from srifty.features import load_job
+
+    doc = json.loads((ROOT / "profiles" / "h200" / example / f"b{batch}.json").read_text())
+    cpu = json.loads((ROOT / "profiles" / "cpu" / example / f"b{batch}.json").read_text())
+    doc["job"]["operators"] = cpu["job"]["operators"]
+    (tmp_path / example).mkdir()
+    (tmp_path / example / f"b{batch}.json").write_text(json.dumps(doc))
+    return load_job(tmp_path / example)
+
+
 def test_a_gpu_profile_with_operator_counts_is_carried_to_other_batches_by_the_operator_model(
         tmp_path: Path) -> None:
     """profiles/h200 at the smallest batch, given the operator count the profiler records (taken
@@ -1886,12 +1900,7 @@ def test_a_gpu_profile_with_operator_counts_is_carried_to_other_batches_by_the_o
     errors, proportional = [], []
     for example, small, larger in (("cnn_resnet", 32, (128, 512)), ("transformer_lm", 8, (32, 128)),
                                    ("mlp_recsys", 256, (1024, 4096))):
-        doc = json.loads((ROOT / "profiles" / "h200" / example / f"b{small}.json").read_text())
-        cpu = json.loads((ROOT / "profiles" / "cpu" / example / f"b{small}.json").read_text())
-        doc["job"]["operators"] = cpu["job"]["operators"]
-        (tmp_path / example).mkdir()
-        (tmp_path / example / f"b{small}.json").write_text(json.dumps(doc))
-        job = load_job(tmp_path / example)
+        job = _h200_with_operator_count(example, small, tmp_path)
         curve = FeatureBuilder(job, m.catalog_for_jobs([job])).curve("p5en.48xlarge")
         plain = load_job(ROOT / "profiles" / "h200" / example / f"b{small}.json")
         assert curve.shape is not None and curve.at(small) == plain.compute_curve("p5en.48xlarge").at(small)
@@ -1917,12 +1926,7 @@ def test_a_gpu_profile_with_operator_counts_keeps_its_launches_on_another_gpu(tm
 
     moved = {}
     for example, batch in (("cnn_resnet", 128), ("transformer_lm", 128)):
-        doc = json.loads((ROOT / "profiles" / "h200" / example / f"b{batch}.json").read_text())
-        cpu = json.loads((ROOT / "profiles" / "cpu" / example / f"b{batch}.json").read_text())
-        doc["job"]["operators"] = cpu["job"]["operators"]
-        (tmp_path / example).mkdir()
-        (tmp_path / example / f"b{batch}.json").write_text(json.dumps(doc))
-        job = load_job(tmp_path / example)
+        job = _h200_with_operator_count(example, batch, tmp_path)
         fb = FeatureBuilder(job, m.catalog_for_jobs([job]))
         plain = FeatureBuilder(load_job(ROOT / "profiles" / "h200" / example), m.catalog_for_jobs([job]))
         profiled = fb.curve("p5en.48xlarge").at(batch)
