@@ -1947,7 +1947,7 @@ def test_a_gpu_profile_with_operator_counts_keeps_its_launches_on_another_gpu(tm
         assert post == pytest.approx(own_post * (post_fixed + (1 - post_fixed) * whole_post / own_post))
         assert kept == pytest.approx(min(fixed, 1 - fb.peak_share("p5en.48xlarge", batch)))
         assert split == pytest.approx(profiled * (kept + (1 - kept) * whole / profiled))
-        assert f"the operator model puts {kept:.0%} of the profiled step in kernel launches" in note
+        assert f"the operator model puts {kept:.0%} of the profiled compute in kernel launches" in note
         low, high = fb.transfer_bounds("p4d.24xlarge", batch)
         least = profiled * (1 - fb.peak_share("p5en.48xlarge", batch) * (1 - whole / profiled))
         assert (low * split, high * split) == pytest.approx((least, whole))

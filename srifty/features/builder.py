@@ -232,7 +232,8 @@ class FeatureBuilder:
     def by_operators(self, instance_type: str) -> bool:
         """Whether ``instance_type``'s compute comes from the operator model (srifty.opmodel): a GPU
         type nobody profiled, for a job profiled on CPUs only whose profile counted its operators
-        (a GPU profile is carried to other GPUs by the speed ratio instead)."""
+        (a GPU profile is carried to other GPUs by the speed ratio instead, all but what
+        :meth:`kept_share` keeps)."""
         if instance_type not in self._by_operators:
             hw = self.hardware(instance_type)
             gpu_profiled = any(self.catalog.has(t) and self.catalog.get(t).gpu_count > 0
@@ -336,7 +337,7 @@ class FeatureBuilder:
             return ""
         src = self.compute_source(instance_type)
         kept = self.kept_share(src, batch) if src else 0.0
-        return ((f"; the operator model puts {kept:.0%} of the profiled step in kernel launches and host work, "
+        return ((f"; the operator model puts {kept:.0%} of the profiled compute in kernel launches and host work, "
                  "kept as they are, the rest carried by the ratio" if kept > 0 else "")
                 + f"; its interval spans x{bounds[0]:.2f} to x{bounds[1]:.2f} of the figure, from the step with only "
                 f"its arithmetic ({min(self.peak_share(instance_type, batch) or 0.0, 1.0):.1%} of it at the spec peak) "
