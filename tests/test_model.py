@@ -1953,6 +1953,13 @@ def test_a_gpu_profile_with_operator_counts_keeps_its_launches_on_another_gpu(tm
         assert (low * split, high * split) == pytest.approx((least, whole))
         assert least <= split <= whole
         moved[example] = (split / profiled, whole / profiled)
+        if example == "cnn_resnet":
+            # an operator count without a FLOP count: the arithmetic could be none of the step
+            job.forward_flops_per_sample = None
+            blind = FeatureBuilder(job, m.catalog_for_jobs([job]))
+            assert blind.peak_share("p5en.48xlarge", batch) is None
+            centre = blind.compute_ms("p4d.24xlarge", batch)[0]
+            assert blind.transfer_bounds("p4d.24xlarge", batch) == pytest.approx((profiled / centre, whole / centre))
     (cnn, cnn_whole), (lm, lm_whole) = moved["cnn_resnet"], moved["transformer_lm"]
     assert cnn < 1.2 < 2 < cnn_whole  # launch-bound: nearly unchanged where the ratio says over 2x
     assert lm - 1 > (cnn - 1) * 3 and lm < lm_whole  # near its peak: carried much further

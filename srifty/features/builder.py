@@ -313,7 +313,7 @@ class FeatureBuilder:
     def transfer_bounds(self, instance_type: str, batch: float) -> tuple[float, float] | None:
         """(least, most) compute on ``instance_type`` over its estimate, as ratios, for compute
         carried from another GPU by the speed ratio k (None: profiled there, carried otherwise, or
-        no FLOP count). A step is its arithmetic, at least the share u of it at the source's spec
+        neither a FLOP nor an operator count). A step is its arithmetic, at least the share u of it at the source's spec
         peak (:meth:`peak_share`), plus launches and host work, which another GPU leaves about as
         they are. So the step lies between the profiled one with only that arithmetic carried,
         1 - u + u k of it, and the whole step carried, k of it; the estimate carries all but
@@ -321,11 +321,13 @@ class FeatureBuilder:
         if self.transfer_method(instance_type) not in ("gpu-speed-factors", "spec-speed"):
             return None
         src = self.compute_source(instance_type)
-        share = self.peak_share(instance_type, batch)
         speeds = self._speeds(src, instance_type) if src else None
-        if share is None or speeds is None:
+        kept = self.kept_share(src, batch) if src else 0.0
+        share = self.peak_share(instance_type, batch)
+        if speeds is None or (share is None and not kept):
             return None
-        k, u, kept = speeds[0] / speeds[1], min(share, 1.0), self.kept_share(src, batch)
+        # no FLOP count beside an operator count: nothing says how much arithmetic there is, at least
+        k, u = speeds[0] / speeds[1], min(share or 0.0, 1.0)
         estimate = kept + (1.0 - kept) * k
         least, most = sorted((1.0 - u + u * k, k))
         return min(least / estimate, 1.0), max(most / estimate, 1.0)
