@@ -136,6 +136,7 @@ class FeatureBuilder:
         self._node_intra: dict[str, Link] = {}
         self._curves: dict[str, ComputeCurve | None] = {}
         self._sources: dict[str, str | None] = {}
+        self._kept: dict[tuple[str, float, str], float] = {}
         self._rel_ci: dict[str, float | None] = {}
         self._estimates: dict[tuple[str, float], RowEstimate] = {}
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
@@ -218,16 +219,23 @@ class FeatureBuilder:
         is: the launches and host work of the operator model's step there (srifty.opmodel: its
         host floor, per-kernel cost and host loading against its device time); for the compute, at
         most all but the arithmetic at the spec peak (:meth:`peak_share`). 0 (all carried by the
-        ratio) without an operator count, or off a GPU."""
-        hw = self.hardware(src)
-        peak, bandwidth = hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s
-        if self.job.operators is None or self.step_model is None or hw.emulated or not peak or not bandwidth:
-            return 0.0
-        terms = self.job.operator_terms(batch, peak, bandwidth)
-        (fixed, fixed_post), (compute, post) = self.step_model.fixed_ms(terms), self.step_model.split_ms(terms)
-        if part == "post":
-            return fixed_post / post if post > 0 else 0.0
-        return min(fixed / compute, 1.0 - min(self.peak_share(src, batch) or 0.0, 1.0)) if compute > 0 else 0.0
+        ratio) without an operator count, or off a GPU. Once per (type, batch, part): the transfer,
+        its bounds and its note each read it."""
+        key = (src, float(batch), part)
+        if key not in self._kept:
+            hw = self.hardware(src)
+            peak, bandwidth = hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s
+            if self.job.operators is None or self.step_model is None or hw.emulated or not peak or not bandwidth:
+                self._kept[key] = 0.0
+            else:
+                terms = self.job.operator_terms(batch, peak, bandwidth)
+                (fixed, fixed_post), (compute, post) = self.step_model.fixed_ms(terms), self.step_model.split_ms(terms)
+                if part == "post":
+                    self._kept[key] = fixed_post / post if post > 0 else 0.0
+                else:
+                    arithmetic = min(self.peak_share(src, batch) or 0.0, 1.0)
+                    self._kept[key] = min(fixed / compute, 1.0 - arithmetic) if compute > 0 else 0.0
+        return self._kept[key]
 
     def by_operators(self, instance_type: str) -> bool:
         """Whether ``instance_type``'s compute comes from the operator model (srifty.opmodel): a GPU
