@@ -34,14 +34,19 @@ profiles:
 	$(BIN)/srifty profile examples/mlp_recsys.py --nproc 2 --out profiles/local/mlp_recsys.json
 	$(BIN)/srifty profile --collectives --world-sizes 2 --out profiles/local/collectives.json
 
-# One-worker CPU profiles of the examples at the batches profiles/h200 holds (about 10 minutes):
-# the CPU side of the CPU-to-GPU transfer check (docs/ACCURACY.md, "From a CPU profile to a GPU")
+# One-worker CPU profiles of the examples at the batches profiles/h200 holds, and of the Pollux
+# trace's models at one batch each (about 12 minutes): the CPU side of the CPU-to-GPU transfer
+# check (docs/ACCURACY.md, "From a CPU profile to a GPU")
 BATCHES ?= cnn_resnet:32,128,512 transformer_lm:8,32,128 mlp_recsys:256,1024,4096
+POLLUX_BATCHES ?= cifar10:32 imagenet:20 ncf:256
 profiles-cpu:
 	for spec in $(BATCHES); do m=$${spec%%:*}; mkdir -p profiles/cpu/$$m; \
 	  for b in $$(echo $${spec#*:} | tr , ' '); do \
 	    $(BIN)/srifty profile examples/$$m.py --nproc 1 --batch-size $$b --max-seconds 40 --min-iterations 8 \
 	      --out profiles/cpu/$$m/b$$b.json || exit 1; done; done
+	for spec in $(POLLUX_BATCHES); do m=$${spec%%:*}; b=$${spec#*:}; mkdir -p profiles/cpu/$$m; \
+	  $(BIN)/srifty profile examples/pollux_models.py --model-name $$m --nproc 1 --batch-size $$b \
+	    --max-seconds 40 --min-iterations 8 --out profiles/cpu/$$m/b$$b.json -- --model $$m || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -15,8 +15,11 @@ import torch
 import torch.distributed as dist
 
 
-def parse_args(description: str, default_batch: int, default_steps: int = 100000) -> argparse.Namespace:
+def parse_args(description: str, default_batch: int, default_steps: int = 100000,
+               models: tuple[str, ...] = ()) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
+    if models:
+        parser.add_argument("--model", choices=models, required=True, help="which model to train")
     env_batch = os.environ.get("SRIFTY_BATCH_SIZE")
     parser.add_argument("--batch-size", type=int, default=int(env_batch) if env_batch else default_batch,
                         help="per-worker batch size (default: $SRIFTY_BATCH_SIZE or %(default)s)")

@@ -372,10 +372,10 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     batch_checks = v.validate_batch_scaling(batch_jobs)
     cpu_gpu: list[Any] = []
     if cpu.exists() and h200.exists():
-        say("cpu-to-gpu: the examples' GPU steps from their CPU profiles, leave one model out")
+        say("cpu-to-gpu: GPU steps from CPU profiles of the same models, leave one model out")
         shipped = m.shipped_model()
         cpu_gpu = cpu_to_gpu.validate_cpu_to_gpu(cpu, h200, Catalog.default(),
-                                                 m.load(shipped) if shipped else m.default_predictor())
+                                                 m.load(shipped) if shipped else m.default_predictor(), real_jobs)
     return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths)
 
 

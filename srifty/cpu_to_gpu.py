@@ -1,15 +1,22 @@
 """From a CPU profile to a GPU: fitting srifty.opmodel on real GPU measurements, and checking it.
 
-The evidence is pairs of profiles of one example at one per-worker batch: a CPU profile (its
-operator count and host time; profiles/cpu, ``make profiles-cpu``) and a one-GPU profile of the
-same script and batch (profiles/h200, ``make gpu-check``). :func:`leave_one_model_out` predicts
-each GPU profile with the parameters fitted on the *other* models' pairs only; the quantiles of
-those held-out errors are the interval the shipped model (:func:`fit_shipped`) carries.
+The evidence is pairs of one model's CPU profile (its operator count and host time; profiles/cpu,
+``make profiles-cpu``) and a step that model took on one GPU:
+
+- a one-GPU profile of the same script at the same batch (profiles/h200, ``make gpu-check``);
+- a one-GPU run of an imported trace (profiles/pollux: the Pollux models on a T4), at any batch,
+  paired with the CPU profile of the same architecture at the nearest batch
+  (examples/pollux_models.py), whose operator count is carried to the trace's batch.
+
+:func:`leave_one_model_out` predicts each GPU step with the parameters fitted on the *other*
+models' pairs only; the quantiles of those held-out errors are the interval the shipped model
+(:func:`fit_shipped`) carries. Every model weighs the same in a fit, however many batches it has.
 """
 from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,7 +24,7 @@ from typing import Any, Sequence
 from srifty.catalog import Catalog
 from srifty.configspec import parse_config
 from srifty.errors import SriftyError
-from srifty.features import FeatureBuilder, job_from_profiles
+from srifty.features import FeatureBuilder, JobProfile, job_from_profiles
 from srifty.gpuspeed import spec_hardware
 from srifty.model import Predictor, gpu_transfer_error, predict_table
 from srifty.opmodel import GpuStepModel, StepTerms, fit
@@ -44,6 +51,7 @@ class StepPair:
     terms: StepTerms
     cpu_profile: Path
     gpu_instance_type: str
+    cpu_batch: int  # the CPU profile's batch (``batch`` where the GPU profile is of the same script)
 
 
 @dataclass(frozen=True)
@@ -88,16 +96,28 @@ def _profiles(root: Path) -> dict[tuple[str, int], Profile]:
     return out
 
 
-def pairs(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog) -> list[StepPair]:
+def pairs(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
+          traces: Sequence[JobProfile] = ()) -> list[StepPair]:
     """Every (model, batch) with a one-worker CPU profile in ``cpu_dir`` and a one-GPU profile in
-    ``gpu_dir``."""
-    cpu, gpu = _profiles(Path(cpu_dir)), _profiles(Path(gpu_dir))
+    ``gpu_dir``; then every one-GPU run of the ``traces`` (imported jobs) whose model has a CPU
+    profile in ``cpu_dir``, with the one at the nearest batch."""
+    cpu, gpu = _profiles(Path(cpu_dir)), _profiles(Path(gpu_dir)) if Path(gpu_dir).exists() else {}
     out = []
     for key in sorted(set(cpu) & set(gpu)):
         g = gpu_of(gpu[key], catalog)
         out.append(StepPair(key[0], key[1], g, step_median_ms(cpu[key]), step_median_ms(gpu[key]),
                             terms_on(cpu[key], key[1], g, catalog), Path(cpu[key].path),
-                            gpu[key].doc["cluster"]["instance_types"][0]))
+                            gpu[key].doc["cluster"]["instance_types"][0], key[1]))
+    for job in traces:
+        batches = [b for m, b in cpu if m == job.model]
+        for r in sorted(job.runs, key=lambda r: (r.instance_type, r.local_batch_size)):
+            if r.world_size != 1 or r.mixed or not batches or catalog.get(r.instance_type).gpu_name is None:
+                continue
+            cpu_batch = min(batches, key=lambda b: abs(math.log(b / r.local_batch_size)))
+            profile, g = cpu[(job.model, cpu_batch)], catalog.get(r.instance_type).gpu_name
+            out.append(StepPair(job.model, r.local_batch_size, g, step_median_ms(profile), r.step_ms,
+                                terms_on(profile, r.local_batch_size, g, catalog), Path(profile.path),
+                                r.instance_type, cpu_batch))
     return out
 
 
@@ -111,7 +131,9 @@ def interval_logs(log_errors: Sequence[float]) -> tuple[float, float]:
 
 def fit_model(train: Sequence[StepPair], q: tuple[float, float] = (0.0, 0.0),
               other_gpu: tuple[float, float] = (0.0, 0.0)) -> GpuStepModel:
-    params = fit([p.terms for p in train], [p.measured_ms for p in train])
+    """The parameters fitted on ``train``, each model's pairs weighing 1 in all."""
+    per_model = Counter(p.model for p in train)
+    params = fit([p.terms for p in train], [p.measured_ms for p in train], [1.0 / per_model[p.model] for p in train])
     return GpuStepModel(*params, q[0], q[1], other_gpu[0], other_gpu[1],
                         tuple(sorted({f"{p.model}@{p.batch}:{p.gpu}" for p in train})))
 
@@ -165,43 +187,51 @@ def leave_one_model_out(all_pairs: Sequence[StepPair], catalog: Catalog, predict
 
 
 def validate_cpu_to_gpu(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
-                        predictor: Predictor) -> list[HeldOut]:
-    """:func:`leave_one_model_out` over the pairs of ``cpu_dir`` and ``gpu_dir``, a GPU the model
-    never saw widened by the shipped GPU-to-GPU transfer error of the spec ratio alone, as the
-    operator model takes another GPU's spec figures (srifty.model.gpu_transfer_error)."""
+                        predictor: Predictor, traces: Sequence[JobProfile] = ()) -> list[HeldOut]:
+    """:func:`leave_one_model_out` over the :func:`pairs` of ``cpu_dir``, ``gpu_dir`` and ``traces``,
+    a GPU the model never saw widened by the shipped GPU-to-GPU transfer error of the spec ratio
+    alone, as the operator model takes another GPU's spec figures (srifty.model.gpu_transfer_error)."""
     spread = gpu_transfer_error()
-    return leave_one_model_out(pairs(cpu_dir, gpu_dir, catalog), catalog, predictor,
+    return leave_one_model_out(pairs(cpu_dir, gpu_dir, catalog, traces), catalog, predictor,
                                spread.bounds(by_spec=True) if spread else (0.0, 0.0))
 
 
 def render(checks: Sequence[HeldOut], shipped: GpuStepModel | None, command: str) -> str:
     """The docs/ACCURACY.md section."""
     lines = ["", "## From a CPU profile to a GPU: the operator model", "",
-             "Each example's one-GPU profile (profiles/h200) predicted from its one-worker CPU profile at the same batch "
-             "(profiles/cpu): the step from the operators the CPU profile counted (srifty/opmodel.py), the "
-             "fixed costs fitted on the *other* examples only, and the interval calibrated on the other "
-             "examples' own held-out errors. `spec ratio` is the CPU profile's step carried by the spec-sheet "
-             f"speed ratio, srifty's transfer for a profile without an operator count. Regenerated by `{command}`.", "",
-             "| model | batch | GPU | CPU step, ms | measured on the GPU, ms | predicted, ms [5-95%] | error % | inside | "
-             "spec ratio, ms |",
-             "|---|---:|---|---:|---:|---|---:|---|---:|"]
+             "A model's step on one GPU predicted from its one-worker CPU profile (profiles/cpu): the examples' "
+             "one-GPU profiles (profiles/h200) at the CPU profile's batch, and the one-GPU runs of the Pollux "
+             "trace (a T4 in g4dn.12xlarge) at every batch it ran, from a CPU profile of the same architecture "
+             "at one batch (examples/pollux_models.py; its counts carried to the trace's batch). The step comes "
+             "from the operators the CPU profile counted (srifty/opmodel.py), the fixed costs fitted on the "
+             "*other* models only, and the interval calibrated on the other models' own held-out errors. "
+             "`spec ratio` is the CPU profile's step carried by the spec-sheet speed ratio (and in proportion "
+             "to the batch), srifty's transfer for a profile without an operator count. The trace's runs are "
+             "AdaptDL jobs reading their real datasets; the CPU profiles train on synthetic batches held in memory. "
+             f"Regenerated by `{command}`.", "",
+             "| model | GPU | batch | CPU profile's batch | CPU step, ms | measured on the GPU, ms | predicted, ms "
+             "[5-95%] | error % | inside | spec ratio, ms |",
+             "|---|---|---:|---:|---:|---:|---|---:|---|---:|"]
     for c in checks:
         p = c.pair
         spec = f"{c.spec_ratio_ms:.3g}" if c.spec_ratio_ms else "–"
-        lines.append(f"| {p.model} | {p.batch} | {p.gpu} | {p.cpu_ms:.1f} | {p.measured_ms:.1f} | "
+        lines.append(f"| {p.model} | {p.gpu} | {p.batch} | {p.cpu_batch} | {p.cpu_ms:.1f} | {p.measured_ms:.1f} | "
                      f"{c.predicted_ms:.1f} [{c.interval_ms[0]:.1f}-{c.interval_ms[1]:.1f}] | {100 * c.error:+.0f} | "
                      f"{'yes' if c.inside else 'no'} | {spec} |")
-    errs = [abs(c.error) for c in checks]
-    spec = [abs(c.spec_ratio_ms / c.pair.measured_ms - 1) for c in checks if c.spec_ratio_ms]
-    lines += ["", f"Median absolute error {100 * statistics.median(errs):.0f}% (spec ratio: "
-              f"{100 * statistics.median(spec):.0f}%), mean {100 * statistics.mean(errs):.0f}%; "
-              f"{sum(c.inside for c in checks)} of {len(checks)} measurements inside their interval."]
+    lines.append("")
+    for gpu in sorted({c.pair.gpu for c in checks}) + ["all"]:
+        some = [c for c in checks if gpu in ("all", c.pair.gpu)]
+        errs = [abs(c.error) for c in some]
+        spec = [abs(c.spec_ratio_ms / c.pair.measured_ms - 1) for c in some if c.spec_ratio_ms]
+        lines.append(f"- {gpu}: median absolute error {100 * statistics.median(errs):.0f}% (spec ratio: "
+                     f"{100 * statistics.median(spec):.0f}%), mean {100 * statistics.mean(errs):.0f}%; "
+                     f"{sum(c.inside for c in some)} of {len(some)} measurements inside their interval.")
     if shipped is not None:
-        lines[-1] += (f" The shipped parameters (srifty/data/gpu_step_model.json, `make gpu-step`, fitted on all "
-                      f"{len({c.pair.model for c in checks})} examples): host floor {shipped.host_ms:.2f} ms and "
+        lines += ["", f"The shipped parameters (srifty/data/gpu_step_model.json, `make gpu-step`, fitted on all "
+                      f"{len({c.pair.model for c in checks})} models): host floor {shipped.host_ms:.2f} ms and "
                       f"{shipped.launch_us:.1f} µs per kernel; interval ×{math.exp(shipped.q05):.2f} to "
                       f"×{math.exp(shipped.q95):.2f} on the GPU fitted, ×{math.exp(shipped.log_bounds('')[0]):.2f} to "
-                      f"×{math.exp(shipped.log_bounds('')[1]):.2f} on another.")
+                      f"×{math.exp(shipped.log_bounds('')[1]):.2f} on another."]
     return "\n".join(lines) + "\n"
 
 

@@ -19,8 +19,8 @@ step on the target GPU as
 - ``host`` and ``launch`` are fitted on real GPU measurements (scripts/fit_gpu_step.py, ``make
   gpu-step``; shipped in srifty/data/gpu_step_model.json with the bounds of its held-out errors,
   which set the interval). ``device_factor`` and ``host_factor`` stay at 1 (the roofline, the
-  host's time as measured): with three examples to fit on, freeing them made the held-out errors
-  several times worse (docs/latency-model.md, "Compute on a GPU nobody profiled").
+  host's time as measured): freeing them made the held-out errors worse (docs/latency-model.md,
+  "Compute on a GPU nobody profiled").
 
 Counts scale with the batch: arithmetic and activation bytes in proportion, kernels and the bytes
 of parameters, gradients and optimizer state not at all; so the same model gives compute at any
@@ -212,18 +212,20 @@ def shipped_step_model() -> GpuStepModel | None:
         return GpuStepModel.read(path)
 
 
-def fit(rows: Sequence[StepTerms], measured_ms: Sequence[float]) -> tuple[float, float, float, float]:
+def fit(rows: Sequence[StepTerms], measured_ms: Sequence[float],
+        weights: Sequence[float] | None = None) -> tuple[float, float, float, float]:
     """``PARAMETERS``: the ``FITTED`` ones non-negative and minimising the squared *relative* error
-    of the step, the others at ``FIXED``."""
+    of the step (each row's times ``weights``, default 1), the others at ``FIXED``."""
     import numpy as np
     from scipy.optimize import nnls
 
     a = np.array([r.row() for r in rows], dtype=float)
     y = np.asarray(measured_ms, dtype=float)
+    w = np.sqrt(np.ones_like(y) if weights is None else np.asarray(weights, dtype=float))
     fixed = [PARAMETERS.index(k) for k in FIXED]
     free = [PARAMETERS.index(k) for k in FITTED]
     rest = y - a[:, fixed] @ np.array([FIXED[PARAMETERS[i]] for i in fixed])
-    solution, _ = nnls(a[:, free] / y[:, None], rest / y)
+    solution, _ = nnls(a[:, free] / y[:, None] * w[:, None], rest / y * w)
     out = dict(FIXED)
     out.update({PARAMETERS[i]: float(v) for i, v in zip(free, solution)})
     return tuple(out[k] for k in PARAMETERS)  # type: ignore[return-value]

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from srifty import api
+from srifty.features import load_corpus
 
 from conftest import PROFILES, run_srifty
 
@@ -46,7 +48,11 @@ def test_validate_returns_every_check_of_the_report() -> None:
     assert {r.split for r in done.report.results} == {"lomo-1gpu", "nodes>4"}
     assert any(line.startswith("lomo-1gpu: holding out") for line in lines)
     assert done.allreduce and done.gpu_transfer and done.batch_scaling
-    assert len(done.cpu_to_gpu) == 9 and all(c.pair.gpu == "H200" for c in done.cpu_to_gpu)
+    # the examples' H200 profiles, and the corpus's one-GPU runs of the models profiles/cpu has
+    by_gpu = Counter(c.pair.gpu for c in done.cpu_to_gpu)
+    singles = sum(r.world_size == 1 for j in load_corpus([str(PROFILES / "pollux")]) for r in j.runs
+                  if (PROFILES / "cpu" / j.model).is_dir())
+    assert by_gpu == {"H200": 9, "T4": singles} and singles > 0
 
 
 def test_import_and_fit_as_the_commands_do(tmp_path) -> None:

@@ -96,6 +96,16 @@ def test_fit_recovers_the_parameters_that_made_the_steps() -> None:
     assert got == pytest.approx((2.0, 30.0, 1.0, 1.0), rel=1e-6)
 
 
+def test_fit_weighs_each_row_by_its_weight() -> None:
+    # two sets of steps made by different parameters: a row weighed twice counts as that row twice
+    rows = [StepTerms(k, d, 4, 0.1, h) for k, d, h in [(100, 1, 0.5), (300, 2, 1), (200, 8, 3), (600, 0.5, 0.2)]]
+    a = GpuStepModel(2.0, 30.0, 1.0, 1.0, 0, 0, 0, 0, ())
+    b = GpuStepModel(5.0, 10.0, 1.0, 1.0, 0, 0, 0, 0, ())
+    y = [a.step_ms(r) for r in rows[:2]] + [b.step_ms(r) for r in rows[2:]]
+    assert fit(rows, y, [2, 2, 1, 1]) == pytest.approx(fit(rows + rows[:2], y + y[:2]), rel=1e-9)
+    assert fit(rows, y, [1, 1, 1e-9, 1e-9])[:2] == pytest.approx((2.0, 30.0), rel=1e-3)
+
+
 def test_interval_widens_in_quadrature_on_a_gpu_never_fitted() -> None:
     m = GpuStepModel(2.0, 30.0, 1.0, 1.0, -0.3, 0.4, -0.4, 0.3, ("cnn@32:H200",))
     assert m.log_bounds("H200") == (-0.3, 0.4)
@@ -204,3 +214,37 @@ def test_another_gpu_takes_the_spread_of_the_spec_ratio() -> None:
     spread, model = read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON), shipped_step_model()
     assert (model.other_gpu_q05, model.other_gpu_q95) == pytest.approx(spread.bounds(by_spec=True), abs=1e-4)
     assert spread.spec_q95 > spread.q95  # the spec ratio alone misses further than with measured factors
+
+
+def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch() -> None:
+    """profiles/pollux's one-GPU runs (a T4) pair with profiles/cpu's profile of the same model at
+    the nearest batch, carried to the run's batch; multi-worker runs and models without a CPU
+    profile give no pair; each model weighs the same in the fit, however many batches it has."""
+    from srifty.catalog import Catalog
+    from srifty.cpu_to_gpu import fit_model, pairs, terms_on
+    from srifty.features import load_corpus
+    from srifty.profile import load
+
+    cat = Catalog.default()
+    jobs = load_corpus([str(PROFILES / "pollux")])
+    found = pairs(PROFILES / "cpu", PROFILES / "h200", cat, jobs)
+    trace = [p for p in found if p.gpu == "T4"]
+    cpu_batches = {m: int(next((PROFILES / "cpu" / m).glob("b*.json")).stem[1:]) for m in ("cifar10", "imagenet", "ncf")}
+    for job in jobs:
+        singles = sorted(r.local_batch_size for r in job.runs if r.world_size == 1)
+        got = sorted(p.batch for p in trace if p.model == job.model)
+        assert got == (singles if job.model in cpu_batches else [])
+    for p in trace:
+        assert p.cpu_batch == cpu_batches[p.model] and p.gpu_instance_type == "g4dn.12xlarge"
+        assert p.terms == terms_on(load(p.cpu_profile), p.batch, "T4", cat)
+    assert {p.model for p in found if p.gpu == "H200"} == {"cnn_resnet", "mlp_recsys", "transformer_lm"}
+    # the CPU profiles are of the trace's architectures: the same parameter counts
+    for job in jobs:
+        if job.model in cpu_batches:
+            assert load(next((PROFILES / "cpu" / job.model).glob("b*.json"))).doc["job"]["param_count"] == job.param_count
+    # ncf's 21 batches weigh what cnn_resnet's 3 do: repeating every pair of a model moves nothing
+    def fitted(some: list) -> tuple[float, float]:
+        m = fit_model(some)
+        return m.host_ms, m.launch_us
+
+    assert fitted(found + [p for p in found if p.model == "ncf"]) == pytest.approx(fitted(found), rel=1e-9)
