@@ -284,7 +284,7 @@ class ValidationOutcome:
     gpu_transfer: list[Any]
     gpu_transfer_notes: list[str]
     batch_scaling: list[Any]
-    cpu_to_gpu: list[Any]
+    cpu_to_gpu: Any  # srifty.cpu_to_gpu.CpuToGpuCheck, None without CPU and GPU profiles
     corpora: list[str]
 
     def markdown(self, command: str, plot_ref: str | None = None) -> str:
@@ -321,7 +321,7 @@ class ValidationOutcome:
         return {"splits": report.pooled(), "grad_known": known, "by_regime": report.by_regime(),
                 "by_nodes": report.by_nodes(), "noise_floor": floors, "allreduce": allreduce,
                 "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(self.batch_scaling),
-                "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu), "notes": self.notes}
+                "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu) if self.cpu_to_gpu else None, "notes": self.notes}
 
     @property
     def notes(self) -> list[str]:
@@ -370,7 +370,7 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     if h200.exists():  # the examples on an H200 (make gpu-check), three batches each
         batch_jobs["h200"] = load_corpus([str(h200)])
     batch_checks = v.validate_batch_scaling(batch_jobs)
-    cpu_gpu: list[Any] = []
+    cpu_gpu = None
     if cpu.exists() and h200.exists():
         say("cpu-to-gpu: GPU steps from CPU profiles of the same models, leave one model out")
         shipped = m.shipped_model()

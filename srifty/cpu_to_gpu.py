@@ -19,7 +19,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from srifty.catalog import Catalog
 from srifty.configspec import parse_config
@@ -163,14 +163,26 @@ def leave_one_model_out(all_pairs: Sequence[StepPair], catalog: Catalog, predict
     models only, its interval calibrated on the other models' own held-out errors (nested: the
     held-out model's errors never set its own interval). ``spec_ratio_ms``: the same prediction by
     the spec-sheet ratio, srifty's transfer for a profile without an operator count."""
+    return _held_out_by(all_pairs, lambda p: p.model, catalog, predictor, other_gpu)
+
+
+def leave_one_gpu_out(all_pairs: Sequence[StepPair], catalog: Catalog, predictor: Predictor,
+                      other_gpu: tuple[float, float]) -> list[HeldOut]:
+    """As :func:`leave_one_model_out`, each GPU's steps from the operator model fitted on the other
+    GPUs' pairs only: the GPU is one the model never saw, so its interval is the other-GPU one."""
+    return _held_out_by(all_pairs, lambda p: p.gpu, catalog, predictor, other_gpu)
+
+
+def _held_out_by(all_pairs: Sequence[StepPair], group: Callable[[StepPair], str], catalog: Catalog,
+                 predictor: Predictor, other_gpu: tuple[float, float]) -> list[HeldOut]:
     out = []
-    for model in sorted({p.model for p in all_pairs}):
-        train = [p for p in all_pairs if p.model != model]
+    for held in sorted({group(p) for p in all_pairs}):
+        train = [p for p in all_pairs if group(p) != held]
         inner = held_out_log_errors(train) if len({p.model for p in train}) >= 2 else []
         q = interval_logs(inner) if inner else (-MIN_LOG_HALF_WIDTH, MIN_LOG_HALF_WIDTH)
         step_model = fit_model(train, q, other_gpu)
         for p in all_pairs:
-            if p.model != model:
+            if group(p) != held:
                 continue
             cpu = load_profile(p.cpu_profile)
             job = job_from_profiles([cpu])
@@ -186,18 +198,44 @@ def leave_one_model_out(all_pairs: Sequence[StepPair], catalog: Catalog, predict
     return out
 
 
+@dataclass(frozen=True)
+class CpuToGpuCheck:
+    """The operator model's checks: every pair held out by model, and by GPU where there are two or more."""
+
+    by_model: list[HeldOut]
+    by_gpu: list[HeldOut]
+
+
 def validate_cpu_to_gpu(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
-                        predictor: Predictor, traces: Sequence[JobProfile] = ()) -> list[HeldOut]:
-    """:func:`leave_one_model_out` over the :func:`pairs` of ``cpu_dir``, ``gpu_dir`` and ``traces``,
-    a GPU the model never saw widened by the shipped GPU-to-GPU transfer error of the spec ratio
-    alone, as the operator model takes another GPU's spec figures (srifty.model.gpu_transfer_error)."""
+                        predictor: Predictor, traces: Sequence[JobProfile] = ()) -> CpuToGpuCheck:
+    """:func:`leave_one_model_out` and :func:`leave_one_gpu_out` over the :func:`pairs` of
+    ``cpu_dir``, ``gpu_dir`` and ``traces``, a GPU the model never saw widened by the shipped
+    GPU-to-GPU transfer error of the spec ratio alone, as the operator model takes another GPU's
+    spec figures (srifty.model.gpu_transfer_error)."""
     spread = gpu_transfer_error()
-    return leave_one_model_out(pairs(cpu_dir, gpu_dir, catalog, traces), catalog, predictor,
-                               spread.bounds(by_spec=True) if spread else (0.0, 0.0))
+    found = pairs(cpu_dir, gpu_dir, catalog, traces)
+    other_gpu = spread.bounds(by_spec=True) if spread else (0.0, 0.0)
+    by_gpu = leave_one_gpu_out(found, catalog, predictor, other_gpu) if len({p.gpu for p in found}) >= 2 else []
+    return CpuToGpuCheck(leave_one_model_out(found, catalog, predictor, other_gpu), by_gpu)
 
 
-def render(checks: Sequence[HeldOut], shipped: GpuStepModel | None, command: str) -> str:
+def _summary_lines(checks: Sequence[HeldOut]) -> list[str]:
+    """Per GPU and over all: median and mean absolute error (and the spec ratio's), and how many
+    measurements fell inside their interval."""
+    lines = []
+    for gpu in sorted({c.pair.gpu for c in checks}) + ["all"]:
+        some = [c for c in checks if gpu in ("all", c.pair.gpu)]
+        errs = [abs(c.error) for c in some]
+        spec = [abs(c.spec_ratio_ms / c.pair.measured_ms - 1) for c in some if c.spec_ratio_ms]
+        lines.append(f"- {gpu}: median absolute error {100 * statistics.median(errs):.0f}% (spec ratio: "
+                     f"{100 * statistics.median(spec):.0f}%), mean {100 * statistics.mean(errs):.0f}%; "
+                     f"{sum(c.inside for c in some)} of {len(some)} measurements inside their interval.")
+    return lines
+
+
+def render(check: CpuToGpuCheck, shipped: GpuStepModel | None, command: str) -> str:
     """The docs/ACCURACY.md section."""
+    checks = check.by_model
     lines = ["", "## From a CPU profile to a GPU: the operator model", "",
              "A model's step on one GPU predicted from its one-worker CPU profile (profiles/cpu): the examples' "
              "one-GPU profiles (profiles/h200) at the CPU profile's batch, and the one-GPU runs of the Pollux "
@@ -218,14 +256,12 @@ def render(checks: Sequence[HeldOut], shipped: GpuStepModel | None, command: str
         lines.append(f"| {p.model} | {p.gpu} | {p.batch} | {p.cpu_batch} | {p.cpu_ms:.1f} | {p.measured_ms:.1f} | "
                      f"{c.predicted_ms:.1f} [{c.interval_ms[0]:.1f}-{c.interval_ms[1]:.1f}] | {100 * c.error:+.0f} | "
                      f"{'yes' if c.inside else 'no'} | {spec} |")
-    lines.append("")
-    for gpu in sorted({c.pair.gpu for c in checks}) + ["all"]:
-        some = [c for c in checks if gpu in ("all", c.pair.gpu)]
-        errs = [abs(c.error) for c in some]
-        spec = [abs(c.spec_ratio_ms / c.pair.measured_ms - 1) for c in some if c.spec_ratio_ms]
-        lines.append(f"- {gpu}: median absolute error {100 * statistics.median(errs):.0f}% (spec ratio: "
-                     f"{100 * statistics.median(spec):.0f}%), mean {100 * statistics.mean(errs):.0f}%; "
-                     f"{sum(c.inside for c in some)} of {len(some)} measurements inside their interval.")
+    lines += [""] + _summary_lines(checks)
+    if check.by_gpu:
+        lines += ["", "Each GPU held out instead: its steps predicted by the operator model fitted on the other GPUs' "
+                      "pairs only, with the interval of a GPU the fit never saw (the leave-one-model-out errors of "
+                      "those pairs, combined with how far the spec ratio carries compute between GPUs):", ""]
+        lines += _summary_lines(check.by_gpu)
     if shipped is not None:
         lines += ["", f"The shipped parameters (srifty/data/gpu_step_model.json, `make gpu-step`, fitted on all "
                       f"{len({c.pair.model for c in checks})} models): host floor {shipped.host_ms:.2f} ms and "
@@ -235,7 +271,12 @@ def render(checks: Sequence[HeldOut], shipped: GpuStepModel | None, command: str
     return "\n".join(lines) + "\n"
 
 
-def summary(checks: Sequence[HeldOut]) -> dict[str, Any]:
+def _pooled(checks: Sequence[HeldOut]) -> dict[str, Any]:
     errs = [abs(c.error) for c in checks]
     return {"pairs": len(checks), "median_abs_error": statistics.median(errs) if errs else None,
             "inside": sum(c.inside for c in checks)}
+
+
+def summary(check: CpuToGpuCheck) -> dict[str, Any]:
+    """The pooled figures of each way of holding out (``srifty validate --json``)."""
+    return {"leave_one_model_out": _pooled(check.by_model), "leave_one_gpu_out": _pooled(check.by_gpu)}

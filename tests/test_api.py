@@ -49,10 +49,15 @@ def test_validate_returns_every_check_of_the_report() -> None:
     assert any(line.startswith("lomo-1gpu: holding out") for line in lines)
     assert done.allreduce and done.gpu_transfer and done.batch_scaling
     # the examples' H200 profiles, and the corpus's one-GPU runs of the models profiles/cpu has
-    by_gpu = Counter(c.pair.gpu for c in done.cpu_to_gpu)
+    by_gpu = Counter(c.pair.gpu for c in done.cpu_to_gpu.by_model)
     singles = sum(r.world_size == 1 for j in load_corpus([str(PROFILES / "pollux")]) for r in j.runs
                   if (PROFILES / "cpu" / j.model).is_dir())
     assert by_gpu == {"H200": 9, "T4": singles} and singles > 0
+    # and each GPU held out: the same steps, predicted by a fit that never saw that GPU
+    def keys(checks: list) -> list:
+        return sorted((c.pair.model, c.pair.gpu, c.pair.batch) for c in checks)
+
+    assert keys(done.cpu_to_gpu.by_gpu) == keys(done.cpu_to_gpu.by_model)
 
 
 def test_import_and_fit_as_the_commands_do(tmp_path) -> None:

@@ -248,3 +248,27 @@ def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch()
         return m.host_ms, m.launch_us
 
     assert fitted(found + [p for p in found if p.model == "ncf"]) == pytest.approx(fitted(found), rel=1e-9)
+
+
+def test_a_gpu_held_out_is_predicted_by_a_fit_that_never_saw_it() -> None:
+    """leave_one_gpu_out: the T4 steps come from the operator model fitted on the H200 pairs alone,
+    with the interval of a GPU that fit never saw, and the other way round."""
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.cpu_to_gpu import fit_model, held_out_log_errors, interval_logs, leave_one_gpu_out, pairs
+    from srifty.features import load_corpus
+
+    cat = Catalog.default()
+    found = [p for p in pairs(PROFILES / "cpu", PROFILES / "h200", cat, load_corpus([str(PROFILES / "pollux")]))
+             if p.batch in (32, 128, 256, 1024)]  # a few of each GPU's steps
+    other_gpu = (-0.4, 0.5)
+    checks = leave_one_gpu_out(found, cat, m.load(m.shipped_model()), other_gpu)
+    assert {c.pair.gpu for c in checks} == {"H200", "T4"} and len(checks) == len(found)
+    for c in checks:
+        train = [p for p in found if p.gpu != c.pair.gpu]
+        expected = fit_model(train, interval_logs(held_out_log_errors(train)), other_gpu)
+        assert c.pair.gpu not in expected.gpus
+        assert c.predicted_ms == pytest.approx(expected.step_ms(c.pair.terms), rel=1e-6)
+        lo, hi = expected.log_bounds(c.pair.gpu)
+        assert c.interval_ms[0] == pytest.approx(c.predicted_ms * math.exp(lo), rel=1e-6)
+        assert c.interval_ms[1] == pytest.approx(c.predicted_ms * math.exp(hi), rel=1e-6)
