@@ -99,8 +99,9 @@ def _profiles(root: Path) -> dict[tuple[str, int], Profile]:
 def pairs(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
           traces: Sequence[JobProfile] = ()) -> list[StepPair]:
     """Every (model, batch) with a one-worker CPU profile in ``cpu_dir`` and a one-GPU profile in
-    ``gpu_dir``; then every one-GPU run of the ``traces`` (imported jobs) whose model has a CPU
-    profile in ``cpu_dir``, with the one at the nearest batch."""
+    ``gpu_dir``; then every one-GPU run of the ``traces`` (imported jobs) on a GPU type whose model
+    has a CPU profile in ``cpu_dir`` (the same name, and the same parameter count where both state
+    one), with the one at the nearest batch."""
     cpu, gpu = _profiles(Path(cpu_dir)), _profiles(Path(gpu_dir)) if Path(gpu_dir).exists() else {}
     out = []
     for key in sorted(set(cpu) & set(gpu)):
@@ -109,9 +110,12 @@ def pairs(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
                             terms_on(cpu[key], key[1], g, catalog), Path(cpu[key].path),
                             gpu[key].doc["cluster"]["instance_types"][0], key[1]))
     for job in traces:
-        batches = [b for m, b in cpu if m == job.model]
+        # the CPU profiles of the same model: its name, and its parameter count where both state one
+        batches = [b for m, b in cpu if m == job.model
+                   and (not job.param_count or cpu[(m, b)].doc["job"].get("param_count") in (None, job.param_count))]
         for r in sorted(job.runs, key=lambda r: (r.instance_type, r.local_batch_size)):
-            if r.world_size != 1 or r.mixed or not batches or catalog.get(r.instance_type).gpu_name is None:
+            if (r.world_size != 1 or r.mixed or not batches or not catalog.has(r.instance_type)
+                    or catalog.get(r.instance_type).gpu_name is None):
                 continue
             cpu_batch = min(batches, key=lambda b: abs(math.log(b / r.local_batch_size)))
             profile, g = cpu[(job.model, cpu_batch)], catalog.get(r.instance_type).gpu_name

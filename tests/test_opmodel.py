@@ -220,6 +220,8 @@ def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch()
     """profiles/pollux's one-GPU runs (a T4) pair with profiles/cpu's profile of the same model at
     the nearest batch, carried to the run's batch; multi-worker runs and models without a CPU
     profile give no pair; each model weighs the same in the fit, however many batches it has."""
+    from dataclasses import replace
+
     from srifty.catalog import Catalog
     from srifty.cpu_to_gpu import fit_model, pairs, terms_on
     from srifty.features import load_corpus
@@ -243,6 +245,10 @@ def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch()
         if job.model in cpu_batches:
             assert load(next((PROFILES / "cpu" / job.model).glob("b*.json"))).doc["job"]["param_count"] == job.param_count
     # ncf's 21 batches weigh what cnn_resnet's 3 do: repeating every pair of a model moves nothing
+    # a trace of another architecture under the same name pairs with nothing
+    other = [replace(j, param_count=j.param_count + 1) for j in jobs]
+    assert [p for p in pairs(PROFILES / "cpu", PROFILES / "h200", cat, other) if p.gpu == "T4"] == []
+
     def fitted(some: list) -> tuple[float, float]:
         m = fit_model(some)
         return m.host_ms, m.launch_us
