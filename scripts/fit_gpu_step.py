@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from srifty.catalog import DATA_DIR, TRANSFER_ERROR_JSON, Catalog
 from srifty.cpu_to_gpu import fit_shipped, pairs
-from srifty.gpuspeed import read_transfer_error
 from srifty.features import load_corpus
+from srifty.gpuspeed import read_transfer_error
 from srifty.model import ROOT
 from srifty.opmodel import STEP_MODEL_JSON
 from srifty.outputs import atomic_write_text

@@ -54,10 +54,9 @@ def test_validate_returns_every_check_of_the_report() -> None:
                   if (PROFILES / "cpu" / j.model).is_dir())
     assert by_gpu == {"H200": 9, "T4": singles} and singles > 0
     # and each GPU held out: the same steps, predicted by a fit that never saw that GPU
-    def keys(checks: list) -> list:
-        return sorted((c.pair.model, c.pair.gpu, c.pair.batch) for c in checks)
-
-    assert keys(done.cpu_to_gpu.by_gpu) == keys(done.cpu_to_gpu.by_model)
+    held_by_gpu, held_by_model = ([(c.pair.model, c.pair.gpu, c.pair.batch) for c in checks]
+                                  for checks in (done.cpu_to_gpu.by_gpu, done.cpu_to_gpu.by_model))
+    assert sorted(held_by_gpu) == sorted(held_by_model)
 
 
 def test_import_and_fit_as_the_commands_do(tmp_path) -> None:

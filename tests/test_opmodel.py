@@ -231,7 +231,8 @@ def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch()
     jobs = load_corpus([str(PROFILES / "pollux")])
     found = pairs(PROFILES / "cpu", PROFILES / "h200", cat, jobs)
     trace = [p for p in found if p.gpu == "T4"]
-    cpu_batches = {m: int(next((PROFILES / "cpu" / m).glob("b*.json")).stem[1:]) for m in ("cifar10", "imagenet", "ncf")}
+    cpu_batches = {m: int(next((PROFILES / "cpu" / m).glob("b*.json")).stem[1:])
+                   for m in ("cifar10", "imagenet", "ncf")}
     for job in jobs:
         singles = sorted(r.local_batch_size for r in job.runs if r.world_size == 1)
         got = sorted(p.batch for p in trace if p.model == job.model)
@@ -243,12 +244,13 @@ def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch()
     # the CPU profiles are of the trace's architectures: the same parameter counts
     for job in jobs:
         if job.model in cpu_batches:
-            assert load(next((PROFILES / "cpu" / job.model).glob("b*.json"))).doc["job"]["param_count"] == job.param_count
-    # ncf's 21 batches weigh what cnn_resnet's 3 do: repeating every pair of a model moves nothing
+            cpu_profile = load(next((PROFILES / "cpu" / job.model).glob("b*.json")))
+            assert cpu_profile.doc["job"]["param_count"] == job.param_count
     # a trace of another architecture under the same name pairs with nothing
     other = [replace(j, param_count=j.param_count + 1) for j in jobs]
     assert [p for p in pairs(PROFILES / "cpu", PROFILES / "h200", cat, other) if p.gpu == "T4"] == []
 
+    # ncf's 21 batches weigh what cnn_resnet's 3 do: repeating every pair of a model moves nothing
     def fitted(some: list) -> tuple[float, float]:
         m = fit_model(some)
         return m.host_ms, m.launch_us
