@@ -129,7 +129,10 @@ CPU_CNN = PROFILES / "cpu" / "cnn_resnet" / "b32.json"
 
 
 def _expected_step(path, itype: str, batch: int) -> tuple[float, tuple[float, float]]:
-    """The step and interval the shipped operator model gives, computed from the profile's own fields."""
+    """The step and interval the shipped operator model gives, computed from the profile's own
+    fields: the interval reaches the step with the host's input window as measured (not per sample)."""
+    from dataclasses import replace
+
     from srifty.catalog import Catalog
     from srifty.cpu_to_gpu import terms_on
     from srifty.opmodel import shipped_step_model
@@ -138,9 +141,12 @@ def _expected_step(path, itype: str, batch: int) -> tuple[float, tuple[float, fl
     cat = Catalog.default()
     gpu = cat.get(itype).gpu_name
     model = shipped_step_model()
-    ms = model.step_ms(terms_on(load(path), batch, gpu, cat))
+    profile = load(path)
+    terms = terms_on(profile, batch, gpu, cat)
+    ms = model.step_ms(terms)
+    window = model.step_ms(replace(terms, host_input_ms=profile.doc["summary"]["input_ms"]["median"])) / ms
     lo, hi = model.log_bounds(gpu)
-    return ms, (ms * math.exp(lo), ms * math.exp(hi))
+    return ms, (ms * math.exp(lo) * min(window, 1), ms * math.exp(hi) * max(window, 1))
 
 
 @pytest.mark.parametrize("itype, batch", [("p5en.48xlarge", 32), ("g5.xlarge", 32), ("g5.xlarge", 512)])
@@ -156,6 +162,10 @@ def test_a_cpu_profile_goes_to_a_gpu_through_the_operator_model(itype: str, batc
     assert "is outside the" not in res.stderr  # the model covers any batch: no extrapolation warning
     if itype == "g5.xlarge":  # a GPU the model was not fitted on: a wider interval
         assert "none on A10G" in res.stderr and hi / ms > math.exp(shipped_q95())
+    # away from the profiled batch the interval also reaches the input window as profiled
+    assert ("reaching the step with the host's input window as profiled" in res.stderr) == (batch != 32)
+    if batch != 32:
+        assert lo / ms < _expected_step(CPU_CNN, itype, 32)[1][0] / _expected_step(CPU_CNN, itype, 32)[0]
 
 
 def shipped_q95() -> float:
@@ -260,11 +270,15 @@ def test_a_trace_s_one_gpu_runs_pair_with_the_cpu_profile_at_the_nearest_batch()
 
 def test_a_gpu_held_out_is_predicted_by_a_fit_that_never_saw_it() -> None:
     """leave_one_gpu_out: the T4 steps come from the operator model fitted on the H200 pairs alone,
-    with the interval of a GPU that fit never saw, and the other way round."""
+    with the interval of a GPU that fit never saw (reaching, away from the CPU profile's batch, the
+    step with the input window as profiled), and the other way round."""
+    from dataclasses import replace
+
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.cpu_to_gpu import fit_model, held_out_log_errors, interval_logs, leave_one_gpu_out, pairs
     from srifty.features import load_corpus
+    from srifty.profile import load
 
     cat = Catalog.default()
     found = [p for p in pairs(PROFILES / "cpu", PROFILES / "h200", cat, load_corpus([str(PROFILES / "pollux")]))
@@ -278,5 +292,8 @@ def test_a_gpu_held_out_is_predicted_by_a_fit_that_never_saw_it() -> None:
         assert c.pair.gpu not in expected.gpus
         assert c.predicted_ms == pytest.approx(expected.step_ms(c.pair.terms), rel=1e-6)
         lo, hi = expected.log_bounds(c.pair.gpu)
-        assert c.interval_ms[0] == pytest.approx(c.predicted_ms * math.exp(lo), rel=1e-6)
-        assert c.interval_ms[1] == pytest.approx(c.predicted_ms * math.exp(hi), rel=1e-6)
+        measured_window = load(c.pair.cpu_profile).doc["summary"]["input_ms"]["median"]
+        window = expected.step_ms(replace(c.pair.terms, host_input_ms=measured_window)) / c.predicted_ms
+        assert (window == pytest.approx(1.0)) == (c.pair.batch == c.pair.cpu_batch)
+        assert c.interval_ms[0] == pytest.approx(c.predicted_ms * math.exp(lo) * min(window, 1), rel=1e-6)
+        assert c.interval_ms[1] == pytest.approx(c.predicted_ms * math.exp(hi) * max(window, 1), rel=1e-6)

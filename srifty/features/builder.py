@@ -4,7 +4,7 @@ and the numbers the residual model reads (:class:`FeatureBuilder`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from srifty import simulate
@@ -258,15 +258,30 @@ class FeatureBuilder:
         return self.step_model.split_ms(self.job.operator_terms(batch, hw.peak_tflops(self.job.precision),
                                                                 hw.mem_gbytes_per_s))
 
-    def operator_note(self, instance_type: str) -> str:
+    def input_window_ratio(self, instance_type: str, batch: float) -> float:
+        """The operator model's step at ``batch`` with the host's input window as the profile measured
+        it, over the step with that window carried per sample (the estimate). One profiled batch
+        cannot say which part of the window is loading, which grows with the batch, and which is
+        the loop's and the allocator's own work, which does not: the interval reaches both readings
+        (:meth:`batch_bounds`). 1 at the profiled batch."""
+        hw = self.hardware(instance_type)
+        terms = self.job.operator_terms(batch, hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s)
+        assert self.job.operators is not None  # operator_terms raises otherwise
+        as_profiled = replace(terms, host_input_ms=self.job.host_input_ms_per_sample * self.job.operators.batch_size)
+        return self.step_model.step_ms(as_profiled) / self.step_model.step_ms(terms)
+
+    def operator_note(self, instance_type: str, batch: float) -> str:
         gpu = self.catalog.get(instance_type).gpu_name
-        lo, hi = self.step_model.log_bounds(gpu)
+        (low, high), _ = self.batch_bounds(instance_type, batch)
         fitted = ", ".join(sorted(self.step_model.gpus))
+        window = self.input_window_ratio(instance_type, batch)
         return (f"compute on {instance_type} predicted from the operators the CPU profile counted (kernel launches, "
                 f"arithmetic and memory traffic on {gpu}'s spec figures; fixed costs fitted on {fitted} measurements"
                 + ("" if gpu in self.step_model.gpus else f", none on {gpu}") +
-                f"): the interval spans x{math.exp(lo):.2f} to x{math.exp(hi):.2f} of it; profile on {instance_type} "
-                "for a measured figure")
+                f"): the interval spans x{low:.2f} to x{high:.2f} of it"
+                + (f", reaching the step with the host's input window as profiled, not per sample (x{window:.2f})"
+                   if abs(math.log(window)) > 0.02 else "")
+                + f"; profile on {instance_type} for a measured figure")
 
     def compute_source(self, instance_type: str) -> str | None:
         """The profiled type whose compute curve ``instance_type``'s compute comes from: itself when
@@ -359,7 +374,8 @@ class FeatureBuilder:
         where ``batch`` lies outside the batches measured there."""
         if self.by_operators(instance_type):  # the operator model's own interval, at any batch
             lo, hi = self.step_model.log_bounds(self.catalog.get(instance_type).gpu_name)
-            return (math.exp(lo), math.exp(hi)), None
+            window = self.input_window_ratio(instance_type, batch)
+            return (math.exp(lo) * min(window, 1.0), math.exp(hi) * max(window, 1.0)), None
         src = self.compute_source(instance_type)
         curve = self.curve(src) if src else None
         if curve is None:
@@ -387,7 +403,7 @@ class FeatureBuilder:
         if c is not None:
             return c.at(batch), False, None
         if self.by_operators(instance_type):
-            return self.operator_step_ms(instance_type, batch)[0], True, self.operator_note(instance_type)
+            return self.operator_step_ms(instance_type, batch)[0], True, self.operator_note(instance_type, batch)
         got = self._transfer(instance_type, batch, self.curve, "compute")
         if got is None:
             raise SriftyError(
