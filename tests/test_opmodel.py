@@ -297,3 +297,32 @@ def test_a_gpu_held_out_is_predicted_by_a_fit_that_never_saw_it() -> None:
         assert (window == pytest.approx(1.0)) == (c.pair.batch == c.pair.cpu_batch)
         assert c.interval_ms[0] == pytest.approx(c.predicted_ms * math.exp(lo) * min(window, 1), rel=1e-6)
         assert c.interval_ms[1] == pytest.approx(c.predicted_ms * math.exp(hi) * max(window, 1), rel=1e-6)
+
+
+def test_profiles_at_several_batches_measure_the_input_window_s_fixed_part() -> None:
+    """profiles/cpu/cnn_resnet holds one CPU profile at each of three batches: the host's input
+    window is read as a line over the batch (least squares, non-negative) instead of per sample,
+    the operator model's terms take it, and the interval no longer needs to reach another reading."""
+    import numpy as np
+
+    from srifty import model as m
+    from srifty.features import FeatureBuilder, load_job
+    from srifty.profile import load
+
+    docs = [load(p).doc for p in sorted((PROFILES / "cpu" / "cnn_resnet").glob("b*.json"))]
+    batches = np.array([d["job"]["local_batch_size"] for d in docs], dtype=float)
+    windows = np.array([d["summary"]["input_ms"]["median"] for d in docs])
+    job = load_job(PROFILES / "cpu" / "cnn_resnet")
+    fixed, per_sample = job.host_input_fixed_ms, job.host_input_ms_per_sample
+    assert fixed is not None and fixed >= 0 and per_sample >= 0
+    # the least-squares line: its residuals are orthogonal to both columns
+    residual = windows - (fixed + per_sample * batches)
+    assert abs(residual.sum()) < 1e-6 and abs((residual * batches).sum()) < 1e-3
+    assert job.operator_terms(512, 100, 1000).host_input_ms == pytest.approx(fixed + 512 * per_sample)
+    builder = FeatureBuilder(job, m.catalog_for_jobs([job]))
+    assert builder.input_window_ratio("g5.xlarge", 2048) == 1.0
+    # one profile alone: the window per sample, and the interval reaches it as profiled
+    one = load_job(PROFILES / "cpu" / "cnn_resnet" / "b32.json")
+    assert one.host_input_fixed_ms is None
+    assert one.host_input_ms_per_sample == pytest.approx(windows[list(batches).index(32)] / 32)
+    assert FeatureBuilder(one, m.catalog_for_jobs([one])).input_window_ratio("g5.xlarge", 2048) < 1

@@ -263,7 +263,10 @@ class FeatureBuilder:
         it, over the step with that window carried per sample (the estimate). One profiled batch
         cannot say which part of the window is loading, which grows with the batch, and which is
         the loop's and the allocator's own work, which does not: the interval reaches both readings
-        (:meth:`batch_bounds`). 1 at the profiled batch."""
+        (:meth:`batch_bounds`). 1 at the profiled batch, and where profiles at two or more batches
+        measured the window's fixed and per-sample parts (JobProfile.host_input_fixed_ms)."""
+        if self.job.host_input_fixed_ms is not None:
+            return 1.0
         hw = self.hardware(instance_type)
         terms = self.job.operator_terms(batch, hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s)
         assert self.job.operators is not None  # operator_terms raises otherwise

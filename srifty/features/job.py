@@ -144,7 +144,11 @@ class JobProfile:
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
-    host_input_ms_per_sample: float = 0.0  # the host's time loading a batch, per sample, where operators were counted
+    host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
+    # the window's part that does not grow with the batch, where profiles at two or more batches on
+    # the operator count's host measured it (then ``host_input_ms_per_sample`` is the line's slope);
+    # None: one batch measured, and the window is taken as growing with the batch (per sample)
+    host_input_fixed_ms: float | None = None
     # backward_fraction read off the runs' sync times (srifty.features.overlap), when it was
     overlap_fit: "OverlapFit | None" = field(default=None, compare=False)
 
@@ -155,7 +159,8 @@ class JobProfile:
         if self.operators is None:
             raise SriftyError(f"The profiles of {self.model} have no operator count (job.operators).",
                               "Re-record them with this srifty (`srifty profile` counts one iteration's operators).")
-        return step_terms(self.operators, batch, peak_tflops, mem_gbytes_per_s, self.host_input_ms_per_sample * batch)
+        return step_terms(self.operators, batch, peak_tflops, mem_gbytes_per_s,
+                          (self.host_input_fixed_ms or 0.0) + self.host_input_ms_per_sample * batch)
 
     @property
     def instance_types(self) -> list[str]:
@@ -257,6 +262,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
     # single-worker profiles first: their split of forward/backward and bucket ready times are
     # compute alone, not compute slowed by overlapping communication
     training = sorted(training, key=lambda p: int((p.doc.get("cluster") or {}).get("world_size") or 1))
+    counted_on = ""  # the type of the profile whose operator count the job keeps
     for p in training:
         doc = p.doc
         j = doc.get("job") or {}
@@ -272,6 +278,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             if job.operators is not None:
                 loading = float((((doc.get("summary") or {}).get("input_ms")) or {}).get("median") or 0.0)
                 job.host_input_ms_per_sample = loading / job.operators.batch_size
+                counted_on = first_instance_type(doc)
         if not job.script and j.get("script"):
             job.script, job.script_args = j["script"], tuple(j.get("args") or ())
         job.sources.append(p.path or "(profile)")
@@ -322,7 +329,38 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
     if not job.runs:
         raise SriftyError(f"The profiles of {job.model} hold no measured iteration time.",
                           "Re-record them with `srifty profile` (a complete run).")
+    if job.operators is not None:
+        windows = input_windows([p.doc for p in training if first_instance_type(p.doc) == counted_on])
+        if len({b for b, _ in windows}) >= 2:
+            job.host_input_fixed_ms, job.host_input_ms_per_sample = input_window_line(windows)
     return job
+
+
+def first_instance_type(doc: dict[str, Any]) -> str:
+    """The (first) instance type a profile document ran on."""
+    return str(((doc.get("cluster") or {}).get("instance_types") or [""])[0])
+
+
+def input_windows(docs: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(per-worker batch, median input window ms) of the training profiles that measured one."""
+    out = []
+    for doc in docs:
+        window = (((doc.get("summary") or {}).get("input_ms")) or {}).get("median")
+        batch = (doc.get("job") or {}).get("local_batch_size")
+        if window is not None and batch:
+            out.append((float(batch), float(window)))
+    return out
+
+
+def input_window_line(windows: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed ms, ms per sample) of the host's input window over the batch, non-negative, least
+    squares on the windows measured at two or more batches."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    batches = np.array([b for b, _ in windows])
+    (fixed, per_sample), _ = nnls(np.c_[np.ones_like(batches), batches], np.array([w for _, w in windows]))
+    return float(fixed), float(per_sample)
 
 
 def load_job(path: str | Path) -> JobProfile:
