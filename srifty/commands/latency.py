@@ -299,9 +299,10 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
     for ds, mine in v.by_dataset(transfer).items():
         click.echo(f"GPU transfer ({ds}, {len(mine)} transfers): MAPE "
                    + ", ".join(f"{k} {e.mean():.1f}%" for k, e in v.transfer_errors(mine).items()))
+    labels = {"leave_one_model_out": "leave one model out", "leave_one_gpu_out": "leave one GPU out"}
     for held, got in (cpu_to_gpu.summary(cpu_gpu) if cpu_gpu else {}).items():
         if got["pairs"]:
-            click.echo(f"CPU profile to GPU ({got['pairs']} steps, {held.replace('_', ' ')}): median error "
+            click.echo(f"CPU profile to GPU ({got['pairs']} steps, {labels[held]}): median error "
                        f"{100 * got['median_abs_error']:.0f}%, {got['inside']} inside their interval")
     for n in done.notes:
         click.echo(f"note: {n}", err=True)
