@@ -164,6 +164,7 @@ def test_a_cpu_profile_goes_to_a_gpu_through_the_operator_model(itype: str, batc
         assert "none on A10G" in res.stderr and hi / ms > math.exp(shipped_q95())
     # away from the profiled batch the interval also reaches the input window as profiled
     assert ("reaching the step with the host's input window as profiled" in res.stderr) == (batch != 32)
+    assert ("srifty profile examples/cnn_resnet.py --batch-size 32,512 --out DIR/" in res.stderr) == (batch == 512)
     if batch != 32:
         assert lo / ms < _expected_step(CPU_CNN, itype, 32)[1][0] / _expected_step(CPU_CNN, itype, 32)[0]
 

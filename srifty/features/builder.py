@@ -282,9 +282,16 @@ class FeatureBuilder:
                 f"arithmetic and memory traffic on {gpu}'s spec figures; fixed costs fitted on {fitted} measurements"
                 + ("" if gpu in self.step_model.gpus else f", none on {gpu}") +
                 f"): the interval spans x{low:.2f} to x{high:.2f} of it"
-                + (f", reaching the step with the host's input window as profiled, not per sample (x{window:.2f})"
+                + (f", reaching the step with the host's input window as profiled, not per sample (x{window:.2f}): "
+                   f"profiles at two batches measure how it grows (`srifty profile {self.job.script or 'SCRIPT'} "
+                   f"--batch-size {self._profiled_batch()},{batch:g} --out DIR/`)"
                    if abs(math.log(window)) > 0.02 else "")
                 + f"; profile on {instance_type} for a measured figure")
+
+    def _profiled_batch(self) -> int:
+        """The batch of the profile whose operator count the job keeps."""
+        assert self.job.operators is not None
+        return self.job.operators.batch_size
 
     def compute_source(self, instance_type: str) -> str | None:
         """The profiled type whose compute curve ``instance_type``'s compute comes from: itself when
