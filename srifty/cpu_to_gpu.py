@@ -114,11 +114,13 @@ def pairs(cpu_dir: str | Path, gpu_dir: str | Path, catalog: Catalog,
         batches = [b for m, b in cpu if m == job.model
                    and (not job.param_count or cpu[(m, b)].doc["job"].get("param_count") in (None, job.param_count))]
         for r in sorted(job.runs, key=lambda r: (r.instance_type, r.local_batch_size)):
-            if (r.world_size != 1 or r.mixed or not batches or not catalog.has(r.instance_type)
-                    or catalog.get(r.instance_type).gpu_name is None):
+            if r.world_size != 1 or r.mixed or not batches or not catalog.has(r.instance_type):
+                continue
+            g = catalog.get(r.instance_type).gpu_name
+            if g is None:
                 continue
             cpu_batch = min(batches, key=lambda b: abs(math.log(b / r.local_batch_size)))
-            profile, g = cpu[(job.model, cpu_batch)], catalog.get(r.instance_type).gpu_name
+            profile = cpu[(job.model, cpu_batch)]
             out.append(StepPair(job.model, r.local_batch_size, g, step_median_ms(profile), r.step_ms,
                                 terms_on(profile, r.local_batch_size, g, catalog), Path(profile.path),
                                 r.instance_type, cpu_batch))

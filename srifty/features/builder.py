@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from srifty import simulate
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
-from srifty.opmodel import GpuStepModel, shipped_step_model
+from srifty.opmodel import GpuStepModel, StepTerms, shipped_step_model
 from srifty.features.hardware import Hardware, both_measured, hardware_of, transfer_speeds
 from srifty.features.job import LOOSE_PROFILE_CI, ComputeCurve, JobProfile, _bytes_per_param
 from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
@@ -137,6 +137,7 @@ class FeatureBuilder:
         self._curves: dict[str, ComputeCurve | None] = {}
         self._sources: dict[str, str | None] = {}
         self._kept: dict[tuple[str, float, str], float] = {}
+        self._op_terms: dict[tuple[str, float], StepTerms] = {}
         self._rel_ci: dict[str, float | None] = {}
         self._estimates: dict[tuple[str, float], RowEstimate] = {}
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
@@ -158,11 +159,8 @@ class FeatureBuilder:
         launches and the host set the step, rising with the arithmetic after)."""
         if name not in self._curves:
             curve = self.job.compute_curve(name)
-            hw = self.hardware(name) if curve is not None else None
-            if hw is not None and self.job.operators is not None and self.step_model is not None \
-                    and not hw.emulated and hw.peak_tflops(self.job.precision) and hw.mem_gbytes_per_s:
-                peak, bandwidth = hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s
-                curve = curve.with_shape(lambda b: self.step_model.step_ms(self.job.operator_terms(b, peak, bandwidth)))
+            if curve is not None and self._operator_model_on(name):
+                curve = curve.with_shape(lambda b: self.step_model.step_ms(self.operator_terms(name, b)))
             self._curves[name] = curve
         return self._curves[name]
 
@@ -223,12 +221,10 @@ class FeatureBuilder:
         its bounds and its note each read it."""
         key = (src, float(batch), part)
         if key not in self._kept:
-            hw = self.hardware(src)
-            peak, bandwidth = hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s
-            if self.job.operators is None or self.step_model is None or hw.emulated or not peak or not bandwidth:
+            if not self._operator_model_on(src):
                 self._kept[key] = 0.0
             else:
-                terms = self.job.operator_terms(batch, peak, bandwidth)
+                terms = self.operator_terms(src, batch)
                 (fixed, fixed_post), (compute, post) = self.step_model.fixed_ms(terms), self.step_model.split_ms(terms)
                 if part == "post":
                     self._kept[key] = fixed_post / post if post > 0 else 0.0
@@ -243,20 +239,32 @@ class FeatureBuilder:
         (a GPU profile is carried to other GPUs by the speed ratio instead, all but what
         :meth:`kept_share` keeps)."""
         if instance_type not in self._by_operators:
-            hw = self.hardware(instance_type)
             gpu_profiled = any(self.catalog.has(t) and self.catalog.get(t).gpu_count > 0
                                for t in self.job.instance_types)
-            self._by_operators[instance_type] = bool(
-                self.step_model is not None and self.job.operators is not None and not gpu_profiled
-                and self.curve(instance_type) is None and not hw.emulated
-                and hw.peak_tflops(self.job.precision) and hw.mem_gbytes_per_s)
+            self._by_operators[instance_type] = (not gpu_profiled and self.curve(instance_type) is None
+                                                 and self._operator_model_on(instance_type))
         return self._by_operators[instance_type]
+
+    def _operator_model_on(self, instance_type: str) -> bool:
+        """Whether the operator model can put this job's step on ``instance_type``: an operator
+        count, a step model, and a real GPU with spec FLOPS (of the job's precision) and bandwidth."""
+        hw = self.hardware(instance_type)
+        return bool(self.job.operators is not None and self.step_model is not None and not hw.emulated
+                    and hw.peak_tflops(self.job.precision) and hw.mem_gbytes_per_s)
+
+    def operator_terms(self, instance_type: str, batch: float) -> StepTerms:
+        """The operator model's terms of this job's step at ``batch`` on ``instance_type``'s spec
+        figures (JobProfile.operator_terms), once per (type, batch)."""
+        key = (instance_type, float(batch))
+        if key not in self._op_terms:
+            hw = self.hardware(instance_type)
+            self._op_terms[key] = self.job.operator_terms(batch, hw.peak_tflops(self.job.precision),
+                                                          hw.mem_gbytes_per_s)
+        return self._op_terms[key]
 
     def operator_step_ms(self, instance_type: str, batch: float) -> tuple[float, float]:
         """(compute, post) ms of one step at ``batch`` on ``instance_type`` by the operator model."""
-        hw = self.hardware(instance_type)
-        return self.step_model.split_ms(self.job.operator_terms(batch, hw.peak_tflops(self.job.precision),
-                                                                hw.mem_gbytes_per_s))
+        return self.step_model.split_ms(self.operator_terms(instance_type, batch))
 
     def input_window_ratio(self, instance_type: str, batch: float) -> float:
         """The operator model's step at ``batch`` with the host's input window as the profile measured
@@ -267,10 +275,8 @@ class FeatureBuilder:
         measured the window's fixed and per-sample parts (JobProfile.host_input_fixed_ms)."""
         if self.job.host_input_fixed_ms is not None:
             return 1.0
-        hw = self.hardware(instance_type)
-        terms = self.job.operator_terms(batch, hw.peak_tflops(self.job.precision), hw.mem_gbytes_per_s)
-        assert self.job.operators is not None  # operator_terms raises otherwise
-        as_profiled = replace(terms, host_input_ms=self.job.host_input_ms_per_sample * self.job.operators.batch_size)
+        terms = self.operator_terms(instance_type, batch)
+        as_profiled = replace(terms, host_input_ms=self.job.host_input_ms_per_sample * self._profiled_batch())
         return self.step_model.step_ms(as_profiled) / self.step_model.step_ms(terms)
 
     def operator_note(self, instance_type: str, batch: float) -> str:

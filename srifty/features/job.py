@@ -276,8 +276,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         if job.operators is None and j.get("operators"):
             job.operators = OperatorCounts.from_json(j["operators"], j.get("local_batch_size"))
             if job.operators is not None:
-                loading = float((((doc.get("summary") or {}).get("input_ms")) or {}).get("median") or 0.0)
-                job.host_input_ms_per_sample = loading / job.operators.batch_size
+                job.host_input_ms_per_sample = (input_window_ms(doc) or 0.0) / job.operators.batch_size
                 counted_on = first_instance_type(doc)
         if not job.script and j.get("script"):
             job.script, job.script_args = j["script"], tuple(j.get("args") or ())
@@ -341,14 +340,19 @@ def first_instance_type(doc: dict[str, Any]) -> str:
     return str(((doc.get("cluster") or {}).get("instance_types") or [""])[0])
 
 
+def input_window_ms(doc: dict[str, Any]) -> float | None:
+    """A training profile's median input window (``summary.input_ms``), None where it has none."""
+    window = (((doc.get("summary") or {}).get("input_ms")) or {}).get("median")
+    return None if window is None else float(window)
+
+
 def input_windows(docs: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     """(per-worker batch, median input window ms) of the training profiles that measured one."""
     out = []
     for doc in docs:
-        window = (((doc.get("summary") or {}).get("input_ms")) or {}).get("median")
-        batch = (doc.get("job") or {}).get("local_batch_size")
+        window, batch = input_window_ms(doc), (doc.get("job") or {}).get("local_batch_size")
         if window is not None and batch:
-            out.append((float(batch), float(window)))
+            out.append((float(batch), window))
     return out
 
 
