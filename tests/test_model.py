@@ -1398,6 +1398,9 @@ def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
         for split, cells in doc[key].items():
             assert sum(c["rows"] for c in cells) == splits[split]["model"]["n"], (key, split)
             assert all(0.0 <= c["inside_interval"] <= 1.0 and c["model_mape"] >= 0 for c in cells)
+    for split in splits:  # and each fold by regime: its cells partition the split's rows too
+        cells = [c for c in doc["by_fold_and_regime"] if c["split"] == split]
+        assert sum(c["rows"] for c in cells) == splits[split]["model"]["n"], split
     regimes = {c["group"] for c in doc["by_regime"]["pollux/lomo-1gpu"]}
     assert any(g.startswith("communication-bound") for g in regimes) and len(regimes) == 3
     pooled_coverage = sum(c["inside_interval"] * c["rows"] for c in doc["by_regime"]["pollux/lomo-1gpu"])
@@ -1963,3 +1966,45 @@ def test_a_gpu_profile_with_operator_counts_keeps_its_launches_on_another_gpu(tm
     (cnn, cnn_whole), (lm, lm_whole) = moved["cnn_resnet"], moved["transformer_lm"]
     assert cnn < 1.2 < 2 < cnn_whole  # launch-bound: nearly unchanged where the ratio says over 2x
     assert lm - 1 > (cnn - 1) * 3 and lm < lm_whole  # near its peak: carried much further
+
+
+def test_accuracy_page_holds_each_fold_s_regimes_to_the_targets() -> None:
+    """Every fold by regime (the measured share beyond compute): rows, MAPE, signed median error,
+    coverage, and whether the cell meets the MAPE target (at most 10%, in cells of at least 20 rows),
+    computed from the rows; the page lists the cells of 20 rows or more, and names each split's
+    regimes whose coverage lies outside 85-95%."""
+    from srifty.validate import METHODS, SplitResult, ValidationReport, render_markdown
+
+    def fold(name: str, beyond: list[float], predicted: list[float], inside: list[bool]) -> SplitResult:
+        y = np.full(len(beyond), 100.0)
+        p = np.array(predicted)
+        errors = {m: np.abs(p - y) / y * 100 for m in METHODS}
+        errors["pollux"] = np.full(len(y), 30.0)
+        return SplitResult("s", name, len(y), errors, y, {m: p for m in METHODS}, None, np.array(inside),
+                           np.full(len(y), 2.0), np.array(beyond), np.full(len(y), 2.0))
+
+    report = ValidationReport()
+    # f1: 20 compute-bound rows 5% too slow, all inside; 20 communication-bound rows, half 20% too fast
+    # and half 10% too fast, 18 inside; f2: 5 mixed rows, exact, and 20 communication-bound ones 5% too
+    # fast, 14 inside
+    report.results += [fold("f1", [0.05] * 20 + [0.6] * 20, [105.0] * 20 + [80.0] * 10 + [90.0] * 10,
+                            [True] * 38 + [False] * 2),
+                       fold("f2", [0.2] * 5 + [0.5] * 20, [100.0] * 5 + [95.0] * 20, [True] * 19 + [False] * 6)]
+    cells = report.by_fold_and_regime()
+    assert [(c["fold"], c["group"].split(" (")[0], c["rows"]) for c in cells] == [
+        ("f1", "compute-bound", 20), ("f1", "communication-bound", 20), ("f2", "mixed", 5),
+        ("f2", "communication-bound", 20)]
+    compute, comm, mixed, comm2 = cells
+    assert compute["model_mape"] == pytest.approx(5.0) and compute["model_signed_median"] == pytest.approx(5.0)
+    assert compute["inside_interval"] == 1.0 and compute["meets_mape_target"] is True
+    assert comm["model_mape"] == pytest.approx(15.0) and comm["model_signed_median"] == pytest.approx(-15.0)
+    assert comm["inside_interval"] == pytest.approx(0.9) and comm["meets_mape_target"] is False
+    assert comm["baseline"] in METHODS[1:] and comm["interval_ratio"] == 2.0
+    assert mixed["meets_mape_target"] is None and comm2["meets_mape_target"] is True
+    text = render_markdown(report, "srifty validate", ["c"], None)
+    assert "| s | f1 | communication-bound (>40%) | 20 | 15.0 | -15.0 | 90 | x2.00 | no |" in text
+    assert "| s | f2 | mixed" not in text and "(1 smaller cells left out)" in text
+    assert "2 of the 3 cells meet the MAPE target." in text
+    # pooled over the folds: compute-bound 100% inside (too wide), communication-bound 32 of 40 (80%)
+    assert ("of at least 20 rows; 0 of 2 meet it; s compute-bound 100% (interval too wide); "
+            "s communication-bound 80% (interval too narrow).") in text

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from srifty.errors import SriftyError
 from srifty.outputs import save_figure
-from srifty.validate.results import METHODS, ReplicateFloor, ValidationReport
+from srifty.validate.results import (METHODS, TARGET_INSIDE, TARGET_MAPE, TARGET_MIN_ROWS, ReplicateFloor,
+                                     ValidationReport, coverage_verdict)
 
 
 def render_breakdown(title: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -28,6 +29,41 @@ def render_breakdown(title: str, table: dict[str, list[dict[str, Any]]]) -> list
                          f"{c['baseline_mape']:.1f} ({c['baseline']}) | {c['inside_interval'] * 100:.0f} | "
                          f"{format_ratio(c.get('interval_ratio'))} |")
     return lines
+
+
+def render_fold_regimes(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """A Markdown table of :meth:`ValidationReport.by_fold_and_regime`'s cells of at least
+    TARGET_MIN_ROWS rows, with whether each meets the MAPE target, and a sentence that counts them."""
+    kept = [c for c in cells if c["rows"] >= TARGET_MIN_ROWS]
+    lines = ["", f"By fold and regime: each fold's held-out rows by regime, where the fold has at least "
+             f"{TARGET_MIN_ROWS} of them ({len(cells) - len(kept)} smaller cells left out), against the target "
+             f"of a MAPE of at most {TARGET_MAPE:.0f}% in every such cell. The signed error is the median of "
+             "predicted over measured, less 1: negative is too fast. Coverage is held to its target per split "
+             "(the table by regime above): a model never seen is one draw of the folds, and the interval is as "
+             "wide as the furthest miss of a model held out of the fit.", "",
+             "| split | fold | rows of | rows | model MAPE % | signed % (median) | inside % | "
+             "width, high/low (median) | meets the MAPE target? |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for c in kept:
+        lines.append(f"| {c['split']} | {c['fold']} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
+                     f"{c['model_signed_median']:+.1f} | {c['inside_interval'] * 100:.0f} | "
+                     f"{format_ratio(c.get('interval_ratio'))} | {'yes' if c['meets_mape_target'] else 'no'} |")
+    short = sum(1 for c in kept if not c["meets_mape_target"])
+    lines += ["", f"{len(kept) - short} of the {len(kept)} cells meet the MAPE target."]
+    return lines
+
+
+def render_coverage_verdicts(by_regime: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A sentence naming the splits' regimes (:meth:`ValidationReport.by_regime`, at least
+    TARGET_MIN_ROWS rows) whose share inside the interval lies outside TARGET_INSIDE."""
+    kept = [(split, c) for split, cells in by_regime.items() for c in cells if c["rows"] >= TARGET_MIN_ROWS]
+    off = [(split, c) for split, c in kept if coverage_verdict(c)]
+    lo, hi = (f"{x * 100:.0f}" for x in TARGET_INSIDE)
+    text = (f"Coverage target: {lo}–{hi}% inside in every split's regime of at least {TARGET_MIN_ROWS} rows; "
+            f"{len(kept) - len(off)} of {len(kept)} meet it")
+    if off:
+        text += "; " + "; ".join(f"{split} {c['group'].split(' (')[0]} {c['inside_interval'] * 100:.0f}% "
+                                 f"({coverage_verdict(c)})" for split, c in off)
+    return ["", text + "."]
 
 
 def format_ratio(r: float | None) -> str:
@@ -100,11 +136,13 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
                       *by_nodes[split][0], *by_nodes[split][1]) if split in by_nodes else ".")]
     for f in report.floors:
         lines += ["", floor_sentence(f)]
+    by_regime = report.by_regime()
     lines += render_breakdown("By regime: each held-out row by its measured share of the step beyond its slowest "
                               "worker's compute alone (exposed communication, and what else data parallelism "
-                              "costs). The interval promises 90% inside in every row of this table.",
-                              report.by_regime())
+                              "costs). The interval promises 90% inside in every row of this table.", by_regime)
+    lines += render_coverage_verdicts(by_regime)
     lines += render_breakdown("By node count:", report.by_nodes())
+    lines += render_fold_regimes(report.by_fold_and_regime())
     lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")
               if not_best else "The learned model beats every baseline on every fold."]
     pooled_losses = []
