@@ -319,7 +319,8 @@ class ValidationOutcome:
                              "by_model": {name: {"mape": mape, "rows": n} for name, mape, n in f.by_model}}
                   for f in report.floors}
         return {"splits": report.pooled(), "grad_known": known, "by_regime": report.by_regime(),
-                "by_nodes": report.by_nodes(), "by_fold_and_regime": report.by_fold_and_regime(), "noise_floor": floors, "allreduce": allreduce,
+                "by_nodes": report.by_nodes(), "by_fold_and_regime": report.by_fold_and_regime(),
+                "noise_floor": floors, "allreduce": allreduce,
                 "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(self.batch_scaling),
                 "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu) if self.cpu_to_gpu else None, "notes": self.notes}
 
