@@ -288,7 +288,8 @@ class CommModel:
                     return False
             return True
 
-        known = [j for j in jobs if j.grad_bytes or j.param_count]
+        # a size estimated from sync times was read through these links: it cannot also fit them
+        known = [j for j in jobs if (j.grad_bytes or j.param_count) and not j.grad_bytes_estimated]
         emu["emulated_overlap_slowdown"] = self._fit_overlap_slowdown(known, catalog, LinkScale(**emu))
         pairs = [(j, r) for j in known for r in j.runs if r.world_size >= 2 and tcp_pcie(r)]
         if not pairs:

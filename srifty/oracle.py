@@ -51,9 +51,9 @@ class ModelOracle:
         if predictor is not None:
             self.builder = predictor.builder(job, catalog)
         else:
-            from srifty.features import FeatureBuilder
+            from srifty.features import FeatureBuilder, with_estimated_gradient_size
 
-            self.builder = FeatureBuilder(job, catalog)
+            self.builder = FeatureBuilder(with_estimated_gradient_size(job, catalog, None), catalog)
         self.notes: list[str] = []
 
     def default_local_batch(self) -> int:

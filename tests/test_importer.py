@@ -67,9 +67,9 @@ def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) 
     trace = tmp_path / "t.csv"
     trace.write_text(HEADER + "m1,g4dn.12xlarge,1,32,0.1,,1000\n"     # param_count stated
                      "m2,p3.8xlarge,1,16,0.1,,\n"
-                     "m2,p3.8xlarge,2+2,16,0.2,0.05,\n"              # sync over two nodes: nothing to invert
+                     "m2,p3.8xlarge,2+2,16,0.2,0.05,\n"              # sync across nodes only: no size to read
                      "m3,g4dn.12xlarge,1,16,0.1,,\n"
-                     "m3,g4dn.12xlarge,4,16,0.2,0.03,\n")           # one node, four workers: the ring inverts
+                     "m3,g4dn.12xlarge,4,16,0.2,0.03,\n")           # one node, four workers: its sync gives a size
     result = import_trace(trace, tmp_path / "out")
     assert len(result.notes) == 1 and result.notes[0].startswith("m2 on p3.8xlarge:")
     for model, itype, flagged in (("m1", "g4dn.12xlarge", False), ("m2", "p3.8xlarge", True),
@@ -79,11 +79,11 @@ def test_a_model_whose_gradient_size_cannot_be_known_is_flagged(tmp_path: Path) 
     # m3's gradient size is inferred from its single-node sync time, so communication is simulated
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
-    from srifty.features import FeatureBuilder
+    from srifty.features import FeatureBuilder, with_estimated_gradient_size
 
     cat = Catalog.default()
     config = parse_config("2xg4dn.12xlarge").resolved(cat)
-    m3 = FeatureBuilder(load_job(tmp_path / "out/m3"), cat)
+    m3 = FeatureBuilder(with_estimated_gradient_size(load_job(tmp_path / "out/m3"), cat, None), cat)
     notes = m3.estimate(config, 16).notes
     assert not any("gradient size unknown" in n for n in notes)
     # ... and the estimate says that it rests on that inference, with the size it inferred

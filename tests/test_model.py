@@ -875,12 +875,26 @@ def test_predict_json_shape(model_file: Path) -> None:
     assert table["spec_transfer"].tolist() == [0.0, 0.0, 1.0]
 
 
+def _ring_inverted(job: Any, catalog: Any, link_scale: Any) -> float:
+    """The median over ``job``'s single-node multi-worker runs of the gradient bytes whose ring
+    allreduce over the PCIe link of rings across nodes takes the run's whole sync time."""
+    from srifty.features import FeatureBuilder
+
+    builder, sizes = FeatureBuilder(job, catalog, link_scale), []
+    for r in job.runs:
+        if r.nodes == 1 and r.world_size > 1 and r.sync_ms:
+            link, p = builder.hardware(r.instance_type).intra, r.world_size
+            sizes.append((r.sync_ms / 1e3 - 2 * (p - 1) * link.latency_us * 1e-6) * link.gbytes_per_s * 1e9
+                         / (2 * (p - 1) / p))
+    return float(np.median(sizes))
+
+
 def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_runs(pollux_jobs: list[Any],
                                                                                  model_file: Path) -> None:
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.errors import SriftyError
-    from srifty.features import run_config, with_fitted_overlap
+    from srifty.features import estimate_gradient_size, run_config, with_fitted_overlap
     from srifty.validate import check_held_out
 
     cat = Catalog.default()
@@ -906,6 +920,24 @@ def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_ru
     # deepspeech2 hides little of its allreduce, which its single-node sync times show (features.overlap)
     assert with_fitted_overlap(view, cat, pred.link_scale).overlap_fit is not None
     assert abs(cells["all"]["signed_median"]) < 10 and cells["all"]["mape"] < cells["all"]["simulator_mape"] / 2
+    # told no gradient size, the same sync times give one: the size whose simulated single-node runs
+    # match them, near the count of its code, and its runs across nodes predicted about as well
+    blind = held.restricted(lambda r: True, forget_size=True)
+    size = estimate_gradient_size(blind.restricted(lambda r: r.nodes == 1), cat, pred.link_scale)
+    counted = held.param_count * 4
+    assert size is not None and counted / 1.3 < size.grad_bytes < counted * 1.3, (size, counted)
+    read = with_fitted_overlap(blind.restricted(lambda r: r.nodes == 1), cat, pred.link_scale)
+    assert (read.grad_bytes, read.grad_bytes_estimated, read.overlap_fit is not None) == (size.grad_bytes, True, True)
+    blind_cells = {c["group"]: c for c in check_held_out([blind], pred, cat).cells("nodes")}
+    assert blind_cells["all"]["mape"] < max(1.5 * cells["all"]["mape"], cells["all"]["mape"] + 3), blind_cells["all"]
+    # and each such prediction says where its gradient size came from
+    (p,) = pred.predict(read, cat, [(run_config(tested[0]).resolved(cat), tested[0].local_batch_size)])
+    assert p.parts["gradient_source"] == "read-from-sync", p.parts
+    assert f"single-node sync times ({size.grad_bytes / 1e6:.3g} MB)" in " ".join(p.warnings)
+    assert direct[0].parts["gradient_source"] == "stated"
+    # the ring of one node inverted through the link of rings across nodes (the estimate's former
+    # method) puts it at a third of that size, and those runs far too fast
+    assert size.grad_bytes > 2 * _ring_inverted(view, cat, pred.link_scale)
     # a model trained on its runs says the check is not held out; training read its overlap, none of the others'
     trained = m.load(model_file)
     assert check_held_out([held], trained, cat).seen == ("deepspeech2",)
@@ -1054,7 +1086,7 @@ def test_predict_says_where_compute_and_communication_come_from(profile: str, co
                                                                                                  overlap)
     assert p.parts["compute_transfer"] == carried
     assert p.parts["compute_source"] in m.COMPUTE_SOURCES and p.parts["network_source"] in m.NETWORK_SOURCES
-    assert p.parts["overlap_source"] in m.OVERLAP_SOURCES
+    assert p.parts["overlap_source"] in m.OVERLAP_SOURCES and p.parts["gradient_source"] in m.GRADIENT_SOURCES
     assert p.parts["communication_ms"] == pytest.approx(max(p.iteration_ms - p.parts["compute_ms"], 0.0), abs=1e-3)
 
 

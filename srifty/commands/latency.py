@@ -144,7 +144,9 @@ unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's lin
 efficiencies fitted on other instance types); overlap_source (how much of it backward hides) none
 | measured | recorded | read-from-sync | read-from-steps (a trace without sync times: its
 multi-worker steps less its single-worker ones) | default (DDP's usual overlap, neither recorded
-nor read).
+nor read); gradient_source (the gradient size it is simulated with) none | measured | unknown |
+stated | read-from-sync (a trace without param_count: the size whose simulated single-node runs
+match their sync times).
 
 Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 """)

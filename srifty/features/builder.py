@@ -65,10 +65,11 @@ def overlap_fitted_note(job: "JobProfile") -> str:
 
 def gradient_estimated_note(grad_bytes: float) -> str:
     """Said of a multi-worker estimate for a job whose gradient size srifty inferred from its
-    single-node sync times (FeatureBuilder._resolve_grad_bytes) instead of reading it."""
+    single-node sync times (srifty.features.overlap.estimate_gradient_size) instead of reading it."""
     return (f"gradient size estimated from the profile's single-node sync times ({grad_bytes / 1e6:.3g} MB), not "
-            "stated: communication is simulated on that guess, and models known this way were predicted far less "
-            "accurately when held out (docs/ACCURACY.md, Pollux deepspeech2 and ncf); give param_count or grad_bytes "
+            "stated: communication is simulated on that estimate, which those times fix only where backward hides "
+            "little of the allreduce (Pollux models held out so: deepspeech2, whose allreduce shows, to 9% MAPE, "
+            "the other three 15-25% too fast; docs/latency-model.md, section 4); give param_count or grad_bytes "
             "when importing (srifty profile records them)")
 
 
@@ -165,23 +166,15 @@ class FeatureBuilder:
         return self._curves[name]
 
     def _resolve_grad_bytes(self) -> tuple[float | None, bool]:
+        """(gradient bytes, whether they were estimated rather than stated): the job's grad_bytes
+        (read off its sync times where ``job.grad_bytes_estimated``:
+        srifty.features.overlap.with_estimated_gradient_size), else its parameter count at its
+        precision; (None, True) when neither is known."""
         job = self.job
         if job.grad_bytes:
-            return float(job.grad_bytes), False
+            return float(job.grad_bytes), job.grad_bytes_estimated
         if job.param_count:
             return float(job.param_count * _bytes_per_param(job.precision)), False
-        # Estimate from single-node multi-worker runs with sync times: ring algebra inverted.
-        est = []
-        for r in job.runs:
-            if r.nodes == 1 and r.world_size > 1 and r.sync_ms:
-                hw = self.hardware(r.instance_type)
-                p = r.world_size
-                t = r.sync_ms / 1e3 - 2 * (p - 1) * hw.intra.latency_us * 1e-6
-                if t > 0:
-                    est.append(t * hw.intra.gbytes_per_s * 1e9 / (2 * (p - 1) / p))
-        if est:
-            est.sort()
-            return est[len(est) // 2], True
         return None, True
 
     def _speeds(self, a: str, b: str) -> tuple[float, float] | None:

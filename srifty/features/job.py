@@ -132,6 +132,8 @@ class JobProfile:
     runs: list[Run]
     param_count: int | None = None
     grad_bytes: int | None = None
+    # grad_bytes was read off single-node sync times (srifty.features.overlap.estimate_gradient_size), not stated
+    grad_bytes_estimated: bool = False
     precision: str | None = None
     backward_fraction: float | None = None
     bucket_bytes: list[float] | None = None
@@ -191,7 +193,8 @@ class JobProfile:
         """The same job seeing only the runs ``keep`` accepts (for held-out validation)."""
         out = replace(self, runs=[r for r in self.runs if keep(r)])
         if forget_size:
-            out = replace(out, param_count=None, grad_bytes=None, bucket_bytes=None, ready_fractions=None)
+            out = replace(out, param_count=None, grad_bytes=None, grad_bytes_estimated=False, bucket_bytes=None,
+                          ready_fractions=None)
         return out
 
     def compute_curve(self, instance_type: str) -> ComputeCurve | None:

@@ -23,13 +23,20 @@ A trace of step times only reads the same way where it has single-worker runs of
 what data parallelism added to the compute, the exposed communication with whatever else it
 costs, which the thresholds above leave to the network fit and the residual unless the default
 misses it by more than ×2.
+
+A trace that states no gradient size (no ``param_count`` or ``grad_bytes``) gets one the same way
+(:func:`estimate_gradient_size`): its single-node multi-worker runs with a stated sync time are
+simulated at every size of :data:`GRADIENT_SIZE_GRID` and every window, with the ring inside one
+node that the simulator gives them, and the size of the pair closest to the sync times is kept,
+marked as estimated. Where backward hides the allreduce, the sync times hardly depend on the size
+and the estimate says little; where it does not, they are the allreduce itself.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeVar
 
 from srifty import simulate
 from srifty.features.builder import FeatureBuilder
@@ -39,9 +46,13 @@ from srifty.features.links import LinkScale
 if TYPE_CHECKING:
     from srifty.catalog import Catalog
 
+T = TypeVar("T")
+
 OVERLAP_WINDOWS = (0.05, 0.1, 0.2, 0.33, 0.5, simulate.DEFAULT_BACKWARD_FRACTION, 0.85, 1.0)
 MAX_OVERLAP_RUNS = 150  # runs simulated per window (a seeded sample beyond it)
 SYNC_FLOOR_MS = 1.0  # added to the simulated and the measured exposed time before their ratio
+# the gradient sizes an estimate from sync times tries (bytes): 1 MB to 4.1 GB, a quarter octave apart
+GRADIENT_SIZE_GRID = tuple(int(1e6 * 2 ** (k / 4)) for k in range(49))
 DEFAULT_MISS = 2.0  # the default window must miss the sync times by more than this factor (median) ...
 MARGIN = 0.25  # ... and a window by this share less than the default, to replace it
 
@@ -63,6 +74,16 @@ class OverlapFit:
         return self.default_error > math.log(DEFAULT_MISS) and self.window != simulate.DEFAULT_BACKWARD_FRACTION
 
 
+@dataclass(frozen=True)
+class GradientSizeFit:
+    """The gradient size that best explains a job's single-node sync times."""
+
+    grad_bytes: int
+    window: float  # the overlap window it was simulated with
+    error: float  # median |log((simulated exposed + 1 ms) / (measured sync + 1 ms))|
+    runs: int  # single-node multi-worker runs with a stated sync time
+
+
 def derived_sync(job: JobProfile) -> dict[int, float]:
     """Sync times of the job's multi-worker runs that state none, by index in ``job.runs``: the
     run's step less its type's single-worker step at its batch (measured there, or interpolated
@@ -82,6 +103,15 @@ def derived_sync(job: JobProfile) -> dict[int, float]:
     return out
 
 
+def _at_most(items: list[T], n: int) -> list[T]:
+    """``items``, or a seeded sample of ``n`` of them (in their order) where there are more."""
+    if len(items) <= n:
+        return items
+    import numpy as np
+
+    return [items[i] for i in sorted(np.random.default_rng(0).choice(len(items), n, replace=False))]
+
+
 def sync_runs(job: JobProfile) -> tuple[list[Run], int]:
     """The multi-worker runs with a sync time that an overlap fit simulates: each run's measured
     sync time, else its :func:`derived_sync` (a seeded sample of MAX_OVERLAP_RUNS beyond that many);
@@ -90,11 +120,7 @@ def sync_runs(job: JobProfile) -> tuple[list[Run], int]:
     runs = [(r, False) if i not in derived else (replace(r, sync_ms=derived[i]), True)
             for i, r in enumerate(job.runs)
             if r.world_size > 1 and (r.sync_ms is not None or i in derived) and r.step_ms > 0]
-    if len(runs) > MAX_OVERLAP_RUNS:
-        import numpy as np
-
-        keep = sorted(np.random.default_rng(0).choice(len(runs), MAX_OVERLAP_RUNS, replace=False))
-        runs = [runs[i] for i in keep]
+    runs = _at_most(runs, MAX_OVERLAP_RUNS)
     return [r for r, _ in runs], sum(d for _, d in runs)
 
 
@@ -111,6 +137,42 @@ def sync_error(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None
         exposed = max(est.sim_ms - est.compute_ms, 0.0)
         logs.append(math.log((exposed + SYNC_FLOOR_MS) / (float(r.sync_ms) + SYNC_FLOOR_MS)))
     return float(np.median(np.abs(logs)))
+
+
+def estimate_gradient_size(job: JobProfile, catalog: "Catalog",
+                           link_scale: LinkScale | None) -> GradientSizeFit | None:
+    """For a job that states no gradient size: the size of :data:`GRADIENT_SIZE_GRID` which, with
+    the window of :data:`OVERLAP_WINDOWS` that suits it best (or the job's stated backward share),
+    simulates its single-node multi-worker runs' stated sync times most closely
+    (:func:`sync_error`; the smallest size and the default window among equals). None when the
+    job states a size, or has no such run (sync times across nodes would tie the size to the
+    network the fit is for)."""
+    if job.grad_bytes or job.param_count:
+        return None
+    runs = [r for r in job.runs
+            if r.nodes == 1 and r.world_size > 1 and not r.mixed and r.sync_ms is not None and r.step_ms > 0]
+    if not runs:
+        return None
+    runs = _at_most(runs, MAX_OVERLAP_RUNS)
+    default_window = simulate.DEFAULT_BACKWARD_FRACTION
+    windows = ((job.backward_fraction,) if job.backward_fraction is not None
+               else (default_window,) + tuple(w for w in OVERLAP_WINDOWS if w != default_window))
+    best: tuple[float, int, float] | None = None
+    for w in windows:
+        for size in GRADIENT_SIZE_GRID:
+            err = sync_error(replace(job, grad_bytes=size), catalog, link_scale, w, runs)
+            if best is None or err < best[0]:
+                best = (err, size, w)
+    assert best is not None
+    return GradientSizeFit(best[1], best[2], best[0], len(runs))
+
+
+def with_estimated_gradient_size(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:
+    """``job`` with the gradient size its single-node sync times show (:func:`estimate_gradient_size`),
+    marked as estimated (``grad_bytes_estimated``), where it states none and has such runs; otherwise
+    ``job`` itself."""
+    fit = estimate_gradient_size(job, catalog, link_scale)
+    return job if fit is None else replace(job, grad_bytes=fit.grad_bytes, grad_bytes_estimated=True)
 
 
 def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> OverlapFit | None:
@@ -132,7 +194,9 @@ def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | Non
 
 def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:
     """``job`` with the overlap window its sync times show (:func:`fit_overlap`) where the default
-    cannot explain them (:attr:`OverlapFit.applies`); otherwise ``job`` itself."""
+    cannot explain them (:attr:`OverlapFit.applies`), and the gradient size they show where it states
+    none (:func:`with_estimated_gradient_size`); otherwise ``job`` itself."""
+    job = with_estimated_gradient_size(job, catalog, link_scale)
     fit = fit_overlap(job, catalog, link_scale)
     if fit is None or not fit.applies:
         return job

@@ -174,6 +174,7 @@ class PredictionTable:
     compute_source: "np.ndarray"  # COMPUTE_SOURCES: where the row's compute comes from
     network_source: "np.ndarray"  # NETWORK_SOURCES: where its communication comes from
     overlap_source: "np.ndarray"  # OVERLAP_SOURCES: how much of it backward hides
+    gradient_source: "np.ndarray"  # GRADIENT_SOURCES: the gradient size it is simulated with
 
     def parts(self, i: int) -> dict[str, Any]:
         """Row ``i``'s step split into the slowest worker's compute alone and the rest (exposed
@@ -183,7 +184,8 @@ class PredictionTable:
         return {"compute_ms": round(compute, 4), "compute_source": str(self.compute_source[i]),
                 "compute_transfer": carried,
                 "communication_ms": round(max(float(self.iteration_ms[i]) - compute, 0.0), 4),
-                "network_source": str(self.network_source[i]), "overlap_source": str(self.overlap_source[i])}
+                "network_source": str(self.network_source[i]), "overlap_source": str(self.overlap_source[i]),
+                "gradient_source": str(self.gradient_source[i])}
 
 
 # Where a prediction's compute comes from: the profile's own run of this configuration; the type's
@@ -201,6 +203,10 @@ NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-
 # (srifty.features.overlap); or DDP's usual overlap, neither recorded nor read (the interval then
 # reaches none of it hidden).
 OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default")
+# The gradient size it is simulated with: nothing to communicate (one worker); the profile's own
+# run; none known; stated (a parameter count, gradient bytes, or the buckets srifty recorded); or
+# read off the profile's single-node sync times (srifty.features.overlap.estimate_gradient_size).
+GRADIENT_SOURCES = ("none", "measured", "unknown", "stated", "read-from-sync")
 
 
 def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: RowEstimate) -> str:
@@ -214,6 +220,16 @@ def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: Row
     if fit is None:
         return "recorded"
     return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"
+
+
+def gradient_source(builder: FeatureBuilder, config: ClusterConfig) -> str:
+    """Where the gradient size of ``config``'s allreduce comes from (GRADIENT_SOURCES, less
+    "measured", which the caller knows)."""
+    if config.world_size < 2:
+        return "none"
+    if not builder.grad_bytes:
+        return "unknown"
+    return "read-from-sync" if builder.grad_bytes_estimated else "stated"
 
 
 def fitted_link_types(predictor: "Predictor | None", link_scale: LinkScale) -> dict[str, frozenset[str]]:
@@ -277,12 +293,13 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
         for e in estimates], dtype=object)
     net_source = np.array([network_source(builder, config, fitted) for config, _ in rows], dtype=object)
     hidden = np.array([overlap_source(builder, config, e) for (config, _), e in zip(rows, estimates)], dtype=object)
+    sized = np.array([gradient_source(builder, config) for config, _ in rows], dtype=object)
     for i, (config, b) in enumerate(rows):
         run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
         if run is not None:  # measured: the point, and the run's own CI
             ci = measured_ci[i] = builder.job.measured_rel_ci(run)
             it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
             compute_source[i] = "measured"
-            net_source[i] = hidden[i] = "measured" if config.world_size > 1 else "none"
+            net_source[i] = hidden[i] = sized[i] = "measured" if config.world_size > 1 else "none"
     return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source,
-                           hidden)
+                           hidden, sized)

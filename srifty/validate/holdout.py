@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.errors import SriftyError
-from srifty.features import FeatureBuilder, JobProfile, run_config
+from srifty.features import FeatureBuilder, JobProfile, run_config, with_estimated_gradient_size
 from srifty.validate.results import NODE_BINS, REGIMES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,7 +109,8 @@ def check_held_out(jobs: Sequence[JobProfile], predictor: "Predictor", catalog: 
             skipped.append(f"{job.model} ({len(view.runs)} run(s) on one node, {len(tested)} across nodes)")
             continue
         configs = [(run_config(r).resolved(catalog), r.local_batch_size) for r in tested]
-        simulator = FeatureBuilder(view, catalog)  # the catalog's link figures, no fitted efficiency
+        # the catalog's link figures, no fitted efficiency
+        simulator = FeatureBuilder(with_estimated_gradient_size(view, catalog, None), catalog)
         for r, (config, b), p in zip(tested, configs, predictor.predict(view, catalog, configs)):
             rows.append(HeldOutRow(job.model, p.config, b, r.nodes, r.step_ms, p.iteration_ms, *p.interval_ms,
                                    float(p.parts["compute_ms"]), simulator.row_estimate(config, b).sim_ms))
