@@ -319,7 +319,9 @@ class CommModel:
         jobs so read where any changed: a trace whose allreduce backward does not hide would
         otherwise make every link look slower. Returns the jobs as the links were fitted on them."""
         self.fit(jobs, catalog, collectives, allreduce)
-        read = [with_fitted_overlap(j, catalog, self.link_scale_) for j in jobs]
+        # a size read off a job's runs is for predicting it, not for training on: it was read
+        # through these links, and the residual learns from the sizes the corpus states
+        read = [with_fitted_overlap(j, catalog, self.link_scale_, estimate_size=False) for j in jobs]
         if any(r is not j for r, j in zip(read, jobs)):
             self.fit(read, catalog, collectives, allreduce)
         return read

@@ -252,10 +252,10 @@ def build_profiles(trace: Trace) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def gradient_size_known(rows: Sequence[TraceRow], param_count: int | None, grad_bytes: int | None) -> bool:
-    """Whether srifty can size this job's gradients: stated, or inferable from the sync time of a
-    run with several workers on one node (srifty.features.FeatureBuilder inverts the ring)."""
+    """Whether srifty can size this job's gradients: stated, or readable off the sync times of its
+    runs with several workers on one node (srifty.features.overlap.estimate_gradient_size)."""
     return bool(param_count or grad_bytes) or any(
-        len(r.workers_per_node) == 1 and r.world_size > 1 and r.sync_time_s for r in rows)
+        len(r.workers_per_node) == 1 and r.world_size > 1 and r.sync_time_s is not None for r in rows)
 
 
 def unknown_gradient_note(model: str, itype: str) -> str:

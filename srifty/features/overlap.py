@@ -192,11 +192,13 @@ def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | Non
     return OverlapFit(best, errors[best], errors[default_window], len(runs), derived)
 
 
-def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None) -> JobProfile:
+def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None,
+                        estimate_size: bool = True) -> JobProfile:
     """``job`` with the overlap window its sync times show (:func:`fit_overlap`) where the default
-    cannot explain them (:attr:`OverlapFit.applies`), and the gradient size they show where it states
-    none (:func:`with_estimated_gradient_size`); otherwise ``job`` itself."""
-    job = with_estimated_gradient_size(job, catalog, link_scale)
+    cannot explain them (:attr:`OverlapFit.applies`), and (``estimate_size``) the gradient size they
+    show where it states none (:func:`with_estimated_gradient_size`); otherwise ``job`` itself."""
+    if estimate_size:
+        job = with_estimated_gradient_size(job, catalog, link_scale)
     fit = fit_overlap(job, catalog, link_scale)
     if fit is None or not fit.applies:
         return job
