@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 from srifty.catalog import Catalog
 from srifty.errors import SriftyError
 from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
-from srifty.model import MODEL_CODE, UNCALIBRATED_NOTE, LatencyModel, catalog_for_jobs, predict_table
+from srifty.model import MODEL_CODE, PART_SOURCES, UNCALIBRATED_NOTE, LatencyModel, catalog_for_jobs, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -31,7 +31,10 @@ class ThroughputOracle(Protocol):
     local_batch_size; the result adds iteration_ms, interval_low_ms, interval_high_ms,
     compute_ms (per-worker compute at that batch) and source (measured|predicted|transferred),
     and may add profiled_batch_low/high (the batches the type's compute was measured at: a mix
-    whose split leaves them gets their bounds in its interval; without them, none)."""
+    whose split leaves them gets their bounds in its interval; without them, none) and the
+    sources of its parts (srifty.model.PART_SOURCES, and compute_transfer: how a transferred
+    row's compute was carried, comma-separated; a recommendation's ``parts`` then say where its
+    compute and communication came from; without them, its parts give the figures alone)."""
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame": ...
 
@@ -120,6 +123,9 @@ class ModelOracle:
         out["profiled_batch_low"] = [ranges[str(t)][0] for t in types]
         out["profiled_batch_high"] = [ranges[str(t)][1] for t in types]
         out["source"] = source
+        for part, values in table.sources().items():
+            out[part] = values
+        out["compute_transfer"] = [",".join(table.compute_transfer(i) or ()) for i in range(len(configs))]
         return out
 
 
@@ -133,6 +139,7 @@ class CachedOracle:
 
     COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms", "profiled_batch_low",
                "profiled_batch_high")
+    TEXT_COLUMNS = ("source",) + PART_SOURCES + ("compute_transfer",)
 
     def __init__(self, make: Any, identity: dict[str, Any], default_batch: int, directory: Any = None) -> None:
         self.make = make
@@ -167,7 +174,8 @@ class CachedOracle:
                     out = rows.copy()
                     for c in self.COLUMNS:
                         out[c] = z[c]
-                    out["source"] = z["source"].astype(object)
+                    for c in self.TEXT_COLUMNS:
+                        out[c] = z[c].astype(object)
                     self.notes = [str(n) for n in z["notes"]]
                 self.hit = True
                 return out
@@ -181,7 +189,8 @@ class CachedOracle:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp.npz")
             np.savez(tmp, **{c: out[c].to_numpy(dtype=float) for c in self.COLUMNS},
-                     source=out["source"].to_numpy().astype(str), notes=np.array(self.notes, dtype=str))
+                     **{c: out[c].to_numpy().astype(str) for c in self.TEXT_COLUMNS},
+                     notes=np.array(self.notes, dtype=str))
             tmp.replace(path)
         except OSError:
             pass

@@ -396,6 +396,39 @@ def test_available_nodes_bind_every_ranked_row_and_a_mix_fills_in() -> None:
         assert counts.get(("p4d.24xlarge", True), 0) <= 1 and counts.get(("g4dn.metal", True), 0) <= 3, r["config"]
     assert _counts(free["recommendations"][0]["config"]).get(("p4d.24xlarge", True), 0) > 1  # the limit binds
     assert any(r["mixed"] for r in doc["recommendations"][:3])  # the scarce type is topped up with another
+    # each row's step in parts: compute alone (a mix: its equalised compute) and the rest, with the
+    # less certain source of a mix's two types (a CPU profile: compute carried to the GPUs)
+    from srifty.model import SOURCE_CERTAINTY
+
+    for r in doc["recommendations"]:
+        parts = r["parts"]
+        assert parts["compute_ms"] + parts["communication_ms"] == pytest.approx(r["iteration_ms"], abs=1e-3)
+        assert all(parts[k] in order for k, order in SOURCE_CERTAINTY.items()), parts
+        assert parts["compute_source"] == "transferred" and parts["compute_transfer"] == ["operator-model"]
+        assert 0 < parts["compute_ms"] <= r["iteration_ms"] and (parts["network_source"] == "none") == (r["gpus"] == 1)
+
+
+def test_a_recommendation_s_parts_are_predict_s() -> None:
+    """A homogeneous row's parts are what `srifty predict --json` says of the same configuration."""
+    res = run_srifty("recommend", "--profile", str(ROOT / "profiles" / "pollux" / "imagenet"), "--instance-types",
+                     "g4dn.12xlarge,g5.12xlarge", "--max-nodes", "3", "--no-spot", "--homogeneous", "--budget", "100",
+                     "--top", "6", "--json")
+    assert res.returncode == 0, res.stderr
+    recs = json.loads(res.stdout)["recommendations"]
+    # g4dn.12xlarge's clusters were measured (the trace's own runs), g5.12xlarge's network never
+    by_network = {r["parts"]["network_source"]: r for r in recs if r["nodes"] > 1}
+    assert set(by_network) == {"measured", "prior"}
+    for r in by_network.values():
+        (itype, batch), = r["batch_split"].items()
+        got = run_srifty("predict", "--profile", str(ROOT / "profiles" / "pollux" / "imagenet"), "--config",
+                         r["config"], "--local-batch-size", str(int(batch)), "--json")
+        assert got.returncode == 0, got.stderr
+        want = json.loads(got.stdout.splitlines()[-1])
+        assert r["iteration_ms"] == pytest.approx(want["iteration_ms"], abs=1e-3)  # each rounds its own way
+        figures = ("compute_ms", "communication_ms")
+        assert {k: r["parts"][k] for k in figures} == pytest.approx({k: want["parts"][k] for k in figures}, abs=1e-3)
+        assert {k: v for k, v in r["parts"].items() if k not in figures} == \
+            {k: v for k, v in want["parts"].items() if k not in figures}
 
 
 def test_a_binding_capacity_limit_is_named() -> None:

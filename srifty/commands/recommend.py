@@ -31,7 +31,11 @@ Examples:
 Figures: `source` says measured (the profile has this exact run), predicted (latency
 model) or transferred (compute carried over from another instance type by GPU/CPU
 specs; wider interval). Spot throughput is expected goodput: interruptions per hour
-× (restart overhead + half a checkpoint interval) is taken off.
+× (restart overhead + half a checkpoint interval) is taken off. With --json each row
+has `parts` as `srifty predict --json` gives them: compute_ms (the slowest worker's compute
+alone; a mix: its equalised compute) and communication_ms (the rest), with compute_source,
+compute_transfer, network_source, overlap_source and gradient_source (a mix: the less
+certain of its two types'); `srifty predict --help` lists their values.
 """
 
 

@@ -22,9 +22,10 @@ from srifty.model.latency import (EXTRAPOLATION_WIDEN, MIN_RESIDUAL_ROWS, NO_RES
                                   gpu_transfer_error)
 from srifty.model.persistence import (MODEL_CODE, MODEL_REVISION, SHIPPED_MODEL, card_is_current, card_path, load,
                                       read_card, save, shipped_model)
-from srifty.model.predictor import (COMPUTE_SOURCES, GRADIENT_SOURCES, NETWORK_SOURCES, OVERLAP_SOURCES, Prediction,
-                                    PredictionTable, Predictor, allreduce_hash, corpus_hash, fitted_link_types,
-                                    gradient_source, library_versions, network_source, overlap_source, predict_table)
+from srifty.model.predictor import (COMPUTE_SOURCES, GRADIENT_SOURCES, NETWORK_SOURCES, OVERLAP_SOURCES, PART_SOURCES,
+                                    SOURCE_CERTAINTY, Prediction, PredictionTable, Predictor, allreduce_hash,
+                                    corpus_hash, fitted_link_types, gradient_source, least_certain, library_versions,
+                                    network_source, overlap_source, predict_table)
 from srifty.model.table import Table, table_for, unread_overlap_table
 
 __all__ = [
@@ -36,8 +37,8 @@ __all__ = [
     "LatencyModel", "ModelError", "ResidualPart", "gpu_transfer_error",
     "MODEL_CODE", "MODEL_REVISION", "SHIPPED_MODEL", "card_is_current", "card_path", "load", "read_card", "save",
     "shipped_model",
-    "COMPUTE_SOURCES", "GRADIENT_SOURCES", "NETWORK_SOURCES", "OVERLAP_SOURCES", "Prediction", "PredictionTable",
-    "Predictor", "allreduce_hash", "corpus_hash", "fitted_link_types", "gradient_source", "library_versions",
-    "network_source", "overlap_source", "predict_table",
+    "COMPUTE_SOURCES", "GRADIENT_SOURCES", "NETWORK_SOURCES", "OVERLAP_SOURCES", "PART_SOURCES", "SOURCE_CERTAINTY",
+    "Prediction", "PredictionTable", "Predictor", "allreduce_hash", "corpus_hash", "fitted_link_types",
+    "gradient_source", "least_certain", "library_versions", "network_source", "overlap_source", "predict_table",
     "Table", "table_for", "unread_overlap_table",
 ]

@@ -15,7 +15,7 @@ import hashlib
 import json
 import platform
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from srifty import __version__
 from srifty.comm import CommModel, measured_allreduce
@@ -176,16 +176,27 @@ class PredictionTable:
     overlap_source: "np.ndarray"  # OVERLAP_SOURCES: how much of it backward hides
     gradient_source: "np.ndarray"  # GRADIENT_SOURCES: the gradient size it is simulated with
 
+    def sources(self) -> dict[str, "np.ndarray"]:
+        """Each row's source of each part (PART_SOURCES), as ``parts`` gives them."""
+        return {"compute_source": self.compute_source, "network_source": self.network_source,
+                "overlap_source": self.overlap_source, "gradient_source": self.gradient_source}
+
+    def compute_transfer(self, i: int) -> list[str] | None:
+        """How row ``i``'s compute was carried from a profiled type (srifty.features.COMPUTE_TRANSFERS),
+        where it was; else None."""
+        return list(self.estimates[i].compute_transfer) if self.compute_source[i] == "transferred" else None
+
     def parts(self, i: int) -> dict[str, Any]:
         """Row ``i``'s step split into the slowest worker's compute alone and the rest (exposed
         communication and what else data parallelism costs), with where each came from."""
         compute = float(self.features["compute_ms"].iloc[i])
-        carried = list(self.estimates[i].compute_transfer) if self.compute_source[i] == "transferred" else None
-        return {"compute_ms": round(compute, 4), "compute_source": str(self.compute_source[i]),
+        carried = self.compute_transfer(i)
+        sources = {k: str(v[i]) for k, v in self.sources().items()}
+        return {"compute_ms": round(compute, 4), "compute_source": sources["compute_source"],
                 "compute_transfer": carried,
                 "communication_ms": round(max(float(self.iteration_ms[i]) - compute, 0.0), 4),
-                "network_source": str(self.network_source[i]), "overlap_source": str(self.overlap_source[i]),
-                "gradient_source": str(self.gradient_source[i])}
+                "network_source": sources["network_source"], "overlap_source": sources["overlap_source"],
+                "gradient_source": sources["gradient_source"]}
 
 
 # Where a prediction's compute comes from: the profile's own run of this configuration; the type's
@@ -207,6 +218,21 @@ OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-
 # run; none known; stated (a parameter count, gradient bytes, or the buckets srifty recorded); or
 # read off the profile's single-node sync times (srifty.features.overlap.estimate_gradient_size).
 GRADIENT_SOURCES = ("none", "measured", "unknown", "stated", "read-from-sync")
+# Each part's sources from the most certain to the least: a figure composed of several rows (a
+# mix of two types in recommend) takes the least certain of theirs (:func:`least_certain`).
+SOURCE_CERTAINTY = {
+    "compute_source": ("measured", "profiled", "profiled-other-batch", "transferred"),
+    "network_source": ("none", "measured", "emulated-sweeps", "fitted-on-type", "prior", "unknown"),
+    "overlap_source": ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default"),
+    "gradient_source": ("none", "measured", "stated", "read-from-sync", "unknown"),
+}
+PART_SOURCES = tuple(SOURCE_CERTAINTY)  # the parts' source fields, as PredictionTable.parts names them
+
+
+def least_certain(part: str, sources: Iterable[str]) -> str:
+    """The least certain of ``sources`` for ``part`` (a key of SOURCE_CERTAINTY)."""
+    order = SOURCE_CERTAINTY[part]
+    return max(sources, key=order.index)
 
 
 def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: RowEstimate) -> str:

@@ -45,6 +45,10 @@ class Recommendation:
     usd_to_finish: float | None = None
     rank: int | None = None
     chosen: bool = False
+    # the step split into the slowest worker's compute alone and the rest, with where each came
+    # from where the oracle says (srifty.model.PredictionTable.parts; a mix: its equalised compute,
+    # and the less certain source of its two types' rows)
+    parts: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

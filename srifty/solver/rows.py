@@ -9,9 +9,10 @@ batch split and interval of a mix; :func:`_pareto` finds the front of throughput
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from srifty.catalog import Market
+from srifty.model.predictor import PART_SOURCES, least_certain
 from srifty.solver.results import Recommendation
 from srifty.solver.space import _Space
 
@@ -90,6 +91,9 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         gb = float(row.local_batch_size * row.world)
         it, lo, hi, source = float(row.iteration_ms), float(row.interval_low_ms), float(row.interval_high_ms), str(row.source)
         mixed, gpus, nodes = False, int(row.world), int(row.nodes)
+        compute = float(row.compute_ms)
+        sources = {part: str(row[part]) for part in PART_SOURCES if part in grid.columns}
+        carried = [str(row.compute_transfer)] if "compute_transfer" in grid.columns else []
     else:
         a, bb, na, nb = _mix_parts(space, blk, k)
         ta, tb = offers.instance_type[a], offers.instance_type[bb]
@@ -120,6 +124,12 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])
         source = "transferred" if "transferred" in srcs else "predicted"
         mixed, gpus, nodes = True, wa + wb, total
+        compute = tc  # each type's compute at its share of the batch, equalised
+        # the less certain of the two types' sources; the split's batches were not profiled as such
+        sources = {part: least_certain(part, [str(v) for v in rows[part]]
+                                       + (["profiled-other-batch"] if part == "compute_source" else []))
+                   for part in PART_SOURCES if part in grid.columns}
+        carried = [str(v) for v in rows["compute_transfer"]] if "compute_transfer" in grid.columns else []
     thr_j, price_j = float(cat["thr"][j]), float(cat["price"][j])
     return Recommendation(
         config=config, market=market, gpus=gpus, nodes=nodes, batch_split=split,
@@ -128,4 +138,17 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         usd_per_million_samples=price_j / (thr_j * 3600.0) * 1e6 if thr_j > 0 else math.inf,
         interruptions_per_hour=float(cat["rate"][j]), source=source,
         mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
-        usd_to_finish=float(usd_total[j]) if usd_total is not None else None)
+        usd_to_finish=float(usd_total[j]) if usd_total is not None else None,
+        parts=_parts(it, compute, sources, carried))
+
+
+def _parts(iteration_ms: float, compute_ms: float, sources: dict[str, str], carried: list[str]) -> dict[str, Any]:
+    """A recommendation's step as srifty.model.PredictionTable.parts gives a prediction's: the
+    slowest worker's compute alone and the rest, with the sources the oracle gave (``carried``:
+    its rows' compute_transfer, comma-separated; a transferred one lists how, in the order seen)."""
+    out: dict[str, Any] = {"compute_ms": round(compute_ms, 4),
+                           "communication_ms": round(max(iteration_ms - compute_ms, 0.0), 4), **sources}
+    if sources.get("compute_source") is not None:
+        methods = [m for text in carried for m in text.split(",") if m]
+        out["compute_transfer"] = list(dict.fromkeys(methods)) if sources["compute_source"] == "transferred" else None
+    return out
