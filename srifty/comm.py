@@ -322,7 +322,7 @@ class CommModel:
         # a size read off a job's runs is for predicting it, not for training on: it was read
         # through these links, and the residual learns from the sizes the corpus states
         read = [with_fitted_overlap(j, catalog, self.link_scale_, estimate_size=False) for j in jobs]
-        if any(r is not j for r, j in zip(read, jobs)):
+        if any(r.backward_fraction != j.backward_fraction for r, j in zip(read, jobs)):
             self.fit(read, catalog, collectives, allreduce)
         return read
 

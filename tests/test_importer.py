@@ -119,7 +119,7 @@ def test_a_trace_s_sync_times_set_its_overlap_and_their_absence_is_flagged(tmp_p
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
-    from srifty.features import OverlapFit
+    from srifty.features import FeatureBuilder, OverlapFit
     from srifty.features.builder import READY_UNKNOWN_NOTE
 
     with open(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", newline="") as fh:
@@ -151,6 +151,23 @@ def test_a_trace_s_sync_times_set_its_overlap_and_their_absence_is_flagged(tmp_p
     assert sources == ["read-from-sync", "read-from-steps", "default"]
     assert READY_UNKNOWN_NOTE in plain.estimate(config, 20).notes
     assert READY_UNKNOWN_NOTE not in read.estimate(config, 20).notes
+    # imagenet's single-node sync times, read the same way, keep DDP's usual overlap: the prediction
+    # says that they were read, and by how much the default misses them
+    imagenet = load_job(ROOT / "profiles/pollux/imagenet").restricted(lambda r: r.nodes == 1)
+    checked = pred.builder(imagenet, cat)
+    fit = checked.job.overlap_check
+    assert checked.job.overlap_fit is None and fit is not None and not fit.applies and fit.runs > 10
+    (p,) = pred.predict(checked.job, cat, [(config, 32)])
+    assert p.parts["overlap_source"] == "default-checked"
+    assert (f"do not overturn DDP's usual overlap, which misses them by x{math.exp(fit.default_error):.2f} (but no "
+            "other window comes 25% closer)") in " ".join(p.warnings) and READY_UNKNOWN_NOTE not in p.warnings
+    ncf = pred.builder(load_job(ROOT / "profiles/pollux/ncf").restricted(lambda r: r.nodes == 1), cat).job
+    assert ncf.overlap_check is not None and ncf.overlap_check.default_error < math.log(2)
+    assert ncf.overlap_check.default_kept_because == "within x2, which the link's speed can explain"
+    # nothing else moves: the simulation, its bounds and the feature the interval reads are the unread job's
+    unread = FeatureBuilder(imagenet, cat, pred.link_scale).estimate(config, 32)
+    got = checked.estimate(config, 32)
+    assert (got.sim_ms, got.step_bounds, got.overlap_unknown) == (unread.sim_ms, unread.step_bounds, True)
     # backward hides less of the allreduce: the step is longer, by at most the whole allreduce
     est_read, est_plain = read.estimate(config, 20), plain.estimate(config, 20)
     extra = est_read.sim_ms - est_plain.sim_ms

@@ -143,7 +143,8 @@ spec-speed (the spec speeds alone, the widest interval); network_source none |
 unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's link figures with
 efficiencies fitted on other instance types); overlap_source (how much of it backward hides) none
 | measured | recorded | read-from-sync | read-from-steps (a trace without sync times: its
-multi-worker steps less its single-worker ones) | default (DDP's usual overlap, neither recorded
+multi-worker steps less its single-worker ones) | default-checked (DDP's usual overlap, which
+the trace's sync or step times did not overturn) | default (DDP's usual overlap, neither recorded
 nor read); gradient_source (the gradient size it is simulated with) none | measured | unknown |
 stated | read-from-sync (a trace without param_count: the size whose simulated single-node runs
 match their sync times).

@@ -51,6 +51,19 @@ READY_UNKNOWN_NOTE = (
     "step with none of it hidden; `srifty profile` of the training script records it")
 
 
+def overlap_checked_note(job: "JobProfile") -> str:
+    """The note of a job whose sync times were read and kept DDP's usual overlap (srifty.features.overlap)."""
+    fit = job.overlap_check
+    assert fit is not None
+    derived = f", {fit.derived} of them a run's step less the single-worker step at its batch" if fit.derived else ""
+    return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
+            f"measured sync times ({fit.runs} runs{derived}) do not overturn DDP's usual overlap, which misses them "
+            f"by x{math.exp(fit.default_error):.2f} ({fit.default_kept_because}): the prediction lets backward hide "
+            "the allreduce as DDP's buckets usually allow, and the interval still reaches the step with none of it "
+            "hidden (how far a model's overlap can differ from what its own runs show); `srifty profile` of the "
+            "training script records it")
+
+
 def overlap_fitted_note(job: "JobProfile") -> str:
     """The note of a job whose overlap window was read off its sync times (srifty.features.overlap)."""
     fit = job.overlap_fit
@@ -544,7 +557,9 @@ class FeatureBuilder:
                 # weight gradients, say, are all ready when its backward ends): the step alone, then
                 # every bucket's allreduce in turn
                 step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
-                note = READY_UNKNOWN_NOTE if overlap_unknown else overlap_fitted_note(self.job)
+                note = (overlap_fitted_note(self.job) if not overlap_unknown
+                        else overlap_checked_note(self.job) if self.job.overlap_check is not None
+                        else READY_UNKNOWN_NOTE)
                 if note not in notes:
                     notes.append(note)
             prior = [h.name for h in hws if not self.link_scale.network_measured(h)]

@@ -153,6 +153,8 @@ class JobProfile:
     host_input_fixed_ms: float | None = None
     # backward_fraction read off the runs' sync times (srifty.features.overlap), when it was
     overlap_fit: "OverlapFit | None" = field(default=None, compare=False)
+    # the read that kept the default instead (its sync or step times did not overturn it)
+    overlap_check: "OverlapFit | None" = field(default=None, compare=False)
 
     def operator_terms(self, batch: float, peak_tflops: float, mem_gbytes_per_s: float) -> StepTerms:
         """The operator model's terms of this job's step at ``batch`` on a GPU of ``peak_tflops`` (for

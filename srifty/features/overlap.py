@@ -73,6 +73,13 @@ class OverlapFit:
         ``window`` is another, MARGIN closer to them."""
         return self.default_error > math.log(DEFAULT_MISS) and self.window != simulate.DEFAULT_BACKWARD_FRACTION
 
+    @property
+    def default_kept_because(self) -> str:
+        """Why the default window stays, where it does (said in the prediction's note)."""
+        if self.default_error <= math.log(DEFAULT_MISS):
+            return f"within x{DEFAULT_MISS:g}, which the link's speed can explain"
+        return f"but no other window comes {MARGIN:.0%} closer"
+
 
 @dataclass(frozen=True)
 class GradientSizeFit:
@@ -195,11 +202,14 @@ def fit_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | Non
 def with_fitted_overlap(job: JobProfile, catalog: "Catalog", link_scale: LinkScale | None,
                         estimate_size: bool = True) -> JobProfile:
     """``job`` with the overlap window its sync times show (:func:`fit_overlap`) where the default
-    cannot explain them (:attr:`OverlapFit.applies`), and (``estimate_size``) the gradient size they
-    show where it states none (:func:`with_estimated_gradient_size`); otherwise ``job`` itself."""
+    cannot explain them (:attr:`OverlapFit.applies`), else with that read as ``overlap_check``, and
+    (``estimate_size``) the gradient size they show where it states none
+    (:func:`with_estimated_gradient_size`); ``job`` itself where nothing could be read."""
     if estimate_size:
         job = with_estimated_gradient_size(job, catalog, link_scale)
     fit = fit_overlap(job, catalog, link_scale)
-    if fit is None or not fit.applies:
+    if fit is None:
         return job
+    if not fit.applies:
+        return replace(job, overlap_check=fit)
     return replace(job, backward_fraction=fit.window, overlap_fit=fit)

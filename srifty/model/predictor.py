@@ -211,9 +211,10 @@ NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-
 # How much of it backward hides: nothing to hide (one worker, or no gradient size); the profile's
 # own run; the bucket ready times the profile recorded; a window read off an imported trace's sync
 # times, or off its multi-worker steps less its single-worker ones where it states no sync time
-# (srifty.features.overlap); or DDP's usual overlap, neither recorded nor read (the interval then
-# reaches none of it hidden).
-OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default")
+# (srifty.features.overlap); DDP's usual overlap where those times were read and did not overturn
+# it; or DDP's usual overlap, neither recorded nor read (with either, the interval reaches none of
+# it hidden).
+OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked", "default")
 # The gradient size it is simulated with: nothing to communicate (one worker); the profile's own
 # run; none known; stated (a parameter count, gradient bytes, or the buckets srifty recorded); or
 # read off the profile's single-node sync times (srifty.features.overlap.estimate_gradient_size).
@@ -223,7 +224,8 @@ GRADIENT_SOURCES = ("none", "measured", "unknown", "stated", "read-from-sync")
 SOURCE_CERTAINTY = {
     "compute_source": ("measured", "profiled", "profiled-other-batch", "transferred"),
     "network_source": ("none", "measured", "emulated-sweeps", "fitted-on-type", "prior", "unknown"),
-    "overlap_source": ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default"),
+    "overlap_source": ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
+                       "default"),
     "gradient_source": ("none", "measured", "stated", "read-from-sync", "unknown"),
 }
 PART_SOURCES = tuple(SOURCE_CERTAINTY)  # the parts' source fields, as PredictionTable.parts names them
@@ -241,7 +243,7 @@ def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: Row
     if config.world_size < 2 or not builder.grad_bytes:
         return "none"
     if estimate.overlap_unknown:
-        return "default"
+        return "default-checked" if builder.job.overlap_check is not None else "default"
     fit = builder.job.overlap_fit
     if fit is None:
         return "recorded"
