@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from srifty.catalog import Catalog
+    from srifty.features.overlap import OverlapFit
 
 # A GPU step below this share of its spec FLOPS (forward + backward = 3 x the counted forward) is
 # said to be launch-bound in warnings: on the H200 (profiles/h200, docs/gpu-check.md) cnn_resnet and
@@ -51,29 +52,33 @@ READY_UNKNOWN_NOTE = (
     "step with none of it hidden; `srifty profile` of the training script records it")
 
 
+def _derived_runs(fit: "OverlapFit") -> str:
+    """How many of an overlap read's runs had a sync time derived from their steps, for its note."""
+    return f", {fit.derived} of them a run's step less the single-worker step at its batch" if fit.derived else ""
+
+
 def overlap_checked_note(job: "JobProfile") -> str:
     """The note of a job whose sync times were read and kept DDP's usual overlap (srifty.features.overlap)."""
     fit = job.overlap_check
     assert fit is not None
-    derived = f", {fit.derived} of them a run's step less the single-worker step at its batch" if fit.derived else ""
     return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
-            f"measured sync times ({fit.runs} runs{derived}) do not overturn DDP's usual overlap, which misses them "
-            f"by x{math.exp(fit.default_error):.2f} ({fit.default_kept_because}): the prediction lets backward hide "
-            "the allreduce as DDP's buckets usually allow, and the interval still reaches the step with none of it "
-            "hidden (how far a model's overlap can differ from what its own runs show); `srifty profile` of the "
-            "training script records it")
+            f"measured sync times ({fit.runs} runs{_derived_runs(fit)}) do not overturn DDP's usual overlap, which "
+            f"misses them by x{math.exp(fit.default_error):.2f} ({fit.default_kept_because}): the prediction lets "
+            "backward hide the allreduce as DDP's buckets usually allow, and the interval still reaches the step "
+            "with none of it hidden (how far a model's overlap can differ from what its own runs show); `srifty "
+            "profile` of the training script records it")
 
 
 def overlap_fitted_note(job: "JobProfile") -> str:
     """The note of a job whose overlap window was read off its sync times (srifty.features.overlap)."""
     fit = job.overlap_fit
     assert fit is not None
-    derived = f", {fit.derived} of them a run's step less the single-worker step at its batch" if fit.derived else ""
     return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
             f"measured sync times show that backward hides little of its allreduce: the prediction lets the buckets "
             f"become ready in the last {fit.window:.0%} of its compute (fitted on {fit.runs} runs' sync "
-            f"times{derived}, which DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), and the "
-            "interval reaches the step with none of it hidden; `srifty profile` of the training script records it")
+            f"times{_derived_runs(fit)}, which DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), "
+            "and the interval reaches the step with none of it hidden; `srifty profile` of the training script "
+            "records it")
 
 
 def gradient_estimated_note(grad_bytes: float) -> str:
