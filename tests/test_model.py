@@ -837,8 +837,8 @@ def test_predict_json_shape(model_file: Path) -> None:
     d = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(d) == {"config", "local_batch_size", "iteration_ms", "interval_ms", "throughput_samples_per_s", "source",
                       "parts", "warnings"}
-    # the row's own warnings, as stderr says them (an imported trace: its ready times unknown)
-    assert any("does not record when its gradients become ready" in w for w in d["warnings"])
+    # the row's own warnings, as stderr says them (an imported trace: its ready times unrecorded, its sync times read)
+    assert any("imagenet's gradients become ready" in w for w in d["warnings"])
     assert all(f"warning: 4xg4dn.12xlarge:4: {w}" in res.stderr for w in d["warnings"])
     assert d["source"] == "predicted" and d["interval_ms"][0] <= d["iteration_ms"] <= d["interval_ms"][1]
     assert d["throughput_samples_per_s"] == pytest.approx(16 * 64 / (d["iteration_ms"] / 1e3), rel=1e-3)
