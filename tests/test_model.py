@@ -928,7 +928,10 @@ def test_a_held_out_check_predicts_each_run_across_nodes_from_the_single_node_ru
     assert size is not None and counted / 1.3 < size.grad_bytes < counted * 1.3, (size, counted)
     read = with_fitted_overlap(blind.restricted(lambda r: r.nodes == 1), cat, pred.link_scale)
     assert (read.grad_bytes, read.grad_bytes_estimated, read.overlap_fit is not None) == (size.grad_bytes, True, True)
-    blind_cells = {c["group"]: c for c in check_held_out([blind], pred, cat).cells("nodes")}
+    assert check.sources() == [("deepspeech2", "stated", "read-from-sync", len(tested))]
+    blind_check = check_held_out([blind], pred, cat)
+    assert blind_check.sources() == [("deepspeech2", "read-from-sync", "read-from-sync", len(tested))]
+    blind_cells = {c["group"]: c for c in blind_check.cells("nodes")}
     assert blind_cells["all"]["mape"] < max(1.5 * cells["all"]["mape"], cells["all"]["mape"] + 3), blind_cells["all"]
     # and each such prediction says where its gradient size came from
     (p,) = pred.predict(read, cat, [(run_config(tested[0]).resolved(cat), tested[0].local_batch_size)])
@@ -1017,6 +1020,10 @@ def test_validate_holdout_reads_a_trace_and_prints_its_tables(model_file: Path, 
     d = json.loads(CliRunner().invoke(cli, ["validate", "--holdout", str(trace), "--model", str(model_file),
                                             "--json"]).stdout)
     assert len(d["rows"]) == across and d["seen"] == ["ncf"]
+    # how ncf's communication was read, in both outputs: its size stated, its sync times kept the default
+    assert d["sources"] == [{"model": "ncf", "gradient_source": "stated", "overlap_source": "default-checked",
+                             "rows": across}]
+    assert f"ncf: gradient size stated, overlap default-checked ({across} rows)" in res.stdout
     for bad in (["--holdout", str(trace), "--quick"], ["--model", str(model_file)]):
         res = run_srifty("validate", *bad)
         assert res.returncode == 1 and "--holdout" in res.stderr and "Traceback" not in res.stderr

@@ -206,6 +206,10 @@ def _print_holdout(check: Any, as_json: bool) -> None:
                        f"{c['signed_median']:>+7.1f}  {c['inside_interval'] * 100:>5.0f}%  "
                        f"{format_ratio(c['interval_ratio']):>6}  {c['simulator_mape']:>9.1f}  "
                        f"{c['linear_mape']:>7.1f}")
+    click.echo("\nHow each model's communication was read (the predictions' parts; `srifty predict --help` "
+               "lists the values):")
+    for model, gradient, overlap, n in check.sources():
+        click.echo(f"{model}: gradient size {gradient}, overlap {overlap} ({n} rows)")
 
 
 @click.command("validate", epilog="""\b
@@ -219,7 +223,8 @@ Examples:
 --holdout checks a trained model on measurements it never saw: each model's runs across nodes
 in the trace (srifty import's columns) or profiles, predicted from its runs on one node alone,
 as srifty predict answers a trace imported with those rows only; by node count and by regime
-(the measured share of the step beyond its slowest worker's compute).
+(the measured share of the step beyond its slowest worker's compute), and how each model's
+communication was read (its gradient size stated or read off its sync times; its overlap).
 """)
 @click.argument("corpus", nargs=-1, type=click.Path())
 @click.option("--quick", is_flag=True, help="Smaller fits and fewer splits (lomo-1gpu and nodes>4; emulated: loco and "

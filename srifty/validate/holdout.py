@@ -33,6 +33,8 @@ class HeldOutRow:
     high_ms: float
     compute_ms: float  # the slowest worker's compute alone, as the prediction put it
     simulator_ms: float  # the simulator with the catalog's link figures, no residual (a baseline)
+    gradient_source: str = ""  # the prediction's parts: where its gradient size came from (GRADIENT_SOURCES)
+    overlap_source: str = ""  # ... and how much of the allreduce backward hides (OVERLAP_SOURCES)
 
     @property
     def error(self) -> float:
@@ -91,9 +93,22 @@ class HeldOutCheck:
                             "linear_mape": float(np.mean([abs(r.compute_ms / r.measured_ms - 1) * 100 for r in rs]))})
         return out
 
+    def sources(self) -> list[tuple[str, str, str, int]]:
+        """(model, gradient source, overlap source, rows) for each pair the predictions took: how
+        each model's single-node runs were read (a trace without param_count: its size off its sync
+        times; its overlap read, checked or left at the default)."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for r in self.rows:
+            key = (r.model, r.gradient_source, r.overlap_source)
+            counts[key] = counts.get(key, 0) + 1
+        return [(*key, n) for key, n in sorted(counts.items())]
+
     def to_dict(self) -> dict[str, Any]:
         return {"seen": list(self.seen), "skipped": list(self.skipped), "by_nodes": self.cells("nodes"),
-                "by_regime": self.cells("regime"), "rows": [asdict(r) for r in self.rows]}
+                "by_regime": self.cells("regime"),
+                "sources": [{"model": m, "gradient_source": g, "overlap_source": o, "rows": n}
+                            for m, g, o, n in self.sources()],
+                "rows": [asdict(r) for r in self.rows]}
 
 
 def check_held_out(jobs: Sequence[JobProfile], predictor: "Predictor", catalog: "Catalog") -> HeldOutCheck:
@@ -113,7 +128,8 @@ def check_held_out(jobs: Sequence[JobProfile], predictor: "Predictor", catalog: 
         simulator = FeatureBuilder(with_estimated_gradient_size(view, catalog, None), catalog)
         for r, (config, b), p in zip(tested, configs, predictor.predict(view, catalog, configs)):
             rows.append(HeldOutRow(job.model, p.config, b, r.nodes, r.step_ms, p.iteration_ms, *p.interval_ms,
-                                   float(p.parts["compute_ms"]), simulator.row_estimate(config, b).sim_ms))
+                                   float(p.parts["compute_ms"]), simulator.row_estimate(config, b).sim_ms,
+                                   p.parts["gradient_source"], p.parts["overlap_source"]))
     if not rows:
         raise SriftyError(
             f"A held-out check needs, for some model, runs on one node (to predict from) and runs across nodes "
