@@ -199,15 +199,17 @@ class PredictionTable:
                 "gradient_source": sources["gradient_source"]}
 
 
+# Each part's sources, from the most certain to the least: a figure composed of several rows (a
+# mix of two types in recommend) takes the least certain of theirs (:func:`least_certain`).
 # Where a prediction's compute comes from: the profile's own run of this configuration; the type's
 # profile at this per-worker batch; the type's profile at other batches (interpolated, or
 # extrapolated with bounds); another type's profile, carried over by device specs.
 COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred")
-# Where its communication comes from: nothing to communicate (one worker); nothing known (no
-# gradient size); the profile's own run; emulated links fitted on allreduce sweeps; link
-# efficiencies fitted on runs or nccl-tests of these instance types; or a prior: the catalog's
-# link figures with efficiencies fitted on other types.
-NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-type", "prior")
+# Where its communication comes from: nothing to communicate (one worker); the profile's own run;
+# emulated links fitted on allreduce sweeps; link efficiencies fitted on runs or nccl-tests of these
+# instance types; a prior: the catalog's link figures with efficiencies fitted on other types; or
+# nothing known (no gradient size).
+NETWORK_SOURCES = ("none", "measured", "emulated-sweeps", "fitted-on-type", "prior", "unknown")
 # How much of it backward hides: nothing to hide (one worker, or no gradient size); the profile's
 # own run; the bucket ready times the profile recorded; a window read off an imported trace's sync
 # times, or off its multi-worker steps less its single-worker ones where it states no sync time
@@ -216,18 +218,11 @@ NETWORK_SOURCES = ("none", "unknown", "measured", "emulated-sweeps", "fitted-on-
 # it hidden).
 OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked", "default")
 # The gradient size it is simulated with: nothing to communicate (one worker); the profile's own
-# run; none known; stated (a parameter count, gradient bytes, or the buckets srifty recorded); or
-# read off the profile's single-node sync times (srifty.features.overlap.estimate_gradient_size).
-GRADIENT_SOURCES = ("none", "measured", "unknown", "stated", "read-from-sync")
-# Each part's sources from the most certain to the least: a figure composed of several rows (a
-# mix of two types in recommend) takes the least certain of theirs (:func:`least_certain`).
-SOURCE_CERTAINTY = {
-    "compute_source": ("measured", "profiled", "profiled-other-batch", "transferred"),
-    "network_source": ("none", "measured", "emulated-sweeps", "fitted-on-type", "prior", "unknown"),
-    "overlap_source": ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
-                       "default"),
-    "gradient_source": ("none", "measured", "stated", "read-from-sync", "unknown"),
-}
+# run; stated (a parameter count, gradient bytes, or the buckets srifty recorded); read off the
+# profile's single-node sync times (srifty.features.overlap.estimate_gradient_size); or none known.
+GRADIENT_SOURCES = ("none", "measured", "stated", "read-from-sync", "unknown")
+SOURCE_CERTAINTY = {"compute_source": COMPUTE_SOURCES, "network_source": NETWORK_SOURCES,
+                    "overlap_source": OVERLAP_SOURCES, "gradient_source": GRADIENT_SOURCES}
 PART_SOURCES = tuple(SOURCE_CERTAINTY)  # the parts' source fields, as PredictionTable.parts names them
 
 

@@ -4,6 +4,7 @@ from its single-node runs alone, as a user who imported only those would get the
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -33,8 +34,8 @@ class HeldOutRow:
     high_ms: float
     compute_ms: float  # the slowest worker's compute alone, as the prediction put it
     simulator_ms: float  # the simulator with the catalog's link figures, no residual (a baseline)
-    gradient_source: str = ""  # the prediction's parts: where its gradient size came from (GRADIENT_SOURCES)
-    overlap_source: str = ""  # ... and how much of the allreduce backward hides (OVERLAP_SOURCES)
+    gradient_source: str  # the prediction's parts: where its gradient size came from (GRADIENT_SOURCES)
+    overlap_source: str  # ... and how much of the allreduce backward hides (OVERLAP_SOURCES)
 
     @property
     def error(self) -> float:
@@ -97,10 +98,7 @@ class HeldOutCheck:
         """(model, gradient source, overlap source, rows) for each pair the predictions took: how
         each model's single-node runs were read (a trace without param_count: its size off its sync
         times; its overlap read, checked or left at the default)."""
-        counts: dict[tuple[str, str, str], int] = {}
-        for r in self.rows:
-            key = (r.model, r.gradient_source, r.overlap_source)
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter((r.model, r.gradient_source, r.overlap_source) for r in self.rows)
         return [(*key, n) for key, n in sorted(counts.items())]
 
     def to_dict(self) -> dict[str, Any]:
