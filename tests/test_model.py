@@ -1074,6 +1074,8 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     # TCP of a type no run has seen; T4 and A10G have no measured speed factors: the spec speeds alone
     ("pollux/imagenet", "2xg5.xlarge", 32, "transferred", ["spec-speed"], "prior", "default-checked"),
     ("pollux/imagenet", "1xg5.12xlarge", 32, "transferred", ["spec-speed"], "prior", "default-checked"),  # its PCIe
+    # eight T4s per node, the trace's GPU: its compute as profiled, no ratio
+    ("pollux/imagenet", "2xg4dn.metal", 32, "transferred", ["same-gpu"], "prior", "default-checked"),
     # one four-GPU run, no sync time and no single-GPU run to compare it with: nothing to read
     ("lambda/resnet50-amp/p3.8xlarge.json", "2xp3.8xlarge", 256, "profiled-other-batch", None, "prior", "default"),
     ("pollux/deepspeech2", "2xg4dn.12xlarge", 23, "profiled-other-batch", None, "fitted-on-type", "read-from-sync"),
@@ -1112,6 +1114,32 @@ def test_transfer_method_names_how_compute_was_carried(emu_catalog: Any) -> None
     half = JobProfile("m", [run], param_count=1_000_000, cpu_factors={"emu.small": 4.0})
     assert FeatureBuilder(half, emu_catalog).transfer_method("emu.large") == "spec-speed"
     assert {"cpu-factors", "spec-speed"} <= set(COMPUTE_TRANSFERS)
+
+
+def test_compute_from_the_same_gpu_is_taken_as_profiled_and_takes_no_transfer_spread() -> None:
+    """g4dn.xlarge carries the T4 of the trace's g4dn.12xlarge: its compute is the profile's, not
+    carried by a speed ratio, so its interval takes neither the measured spread of GPU-to-GPU
+    ratios nor the widening for a feature no training row has (every training row is profiled)."""
+    from srifty import model as m
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder
+    from srifty.oracle import load_inputs
+
+    job, cat = load_inputs([str(POLLUX / "imagenet")], None)
+    pred = m.load(m.SHIPPED_MODEL)
+    fb = pred.builder(job, cat)
+    assert fb.transfer_method("g4dn.xlarge") == "same-gpu" and fb.transfer_method("g5.xlarge") == "spec-speed"
+    got, transferred, note = fb.compute_ms("g4dn.xlarge", 32)
+    assert transferred and got == fb.compute_ms("g4dn.12xlarge", 32)[0] and "same GPU (T4)" in note
+    X = FeatureBuilder.frame_of([fb.row_estimate(parse_config("4xg4dn.xlarge").resolved(cat), 32)])
+    assert X["same_gpu_transfer"].iloc[0] == 1.0
+    as_ratio = X.assign(same_gpu_transfer=0.0)  # the same row, as a transfer by a speed ratio of 1
+    lm = pred.latency
+    assert "transferred" in lm.out_of_range(as_ratio)[0] and "transferred" not in lm.out_of_range(X)[0]
+    (lo,), (hi,) = lm.predict_interval(X)
+    (lo_r,), (hi_r,) = lm.predict_interval(as_ratio)
+    centre = float(lm.predict(X)[0])
+    assert lo_r < lo < centre < hi < hi_r
 
 
 def test_an_interval_starts_no_lower_than_the_measured_compute() -> None:

@@ -138,8 +138,9 @@ With --configs, each warning is said once, with the rows it concerns (and with -
 row's `warnings`). With --json each row also has `parts`: the slowest worker's compute alone
 (compute_ms) and the rest of the step (communication_ms), with where each came from:
 compute_source measured | profiled | profiled-other-batch | transferred, and for a transferred
-one compute_transfer, how: a list of operator-model | cpu-factors | gpu-speed-factors |
-spec-speed (the spec speeds alone, the widest interval); network_source none |
+one compute_transfer, how: a list of same-gpu (a type with the same GPU board: the profiled
+compute as it is) | operator-model | cpu-factors | gpu-speed-factors | spec-speed (the spec
+speeds alone, the widest interval); network_source none |
 unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's link figures with
 efficiencies fitted on other instance types); overlap_source (how much of it backward hides) none
 | measured | recorded | read-from-sync | read-from-steps (a trace without sync times: its

@@ -27,10 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
 # mlp_recsys reach 0.1-3% at every batch and hardly grow with it, transformer_lm 6% at batch 8, 20%
 # at 32 and 45% at 128, growing 1.7x from 32 to 128. A judgment for a warning, not a model input.
 LAUNCH_BOUND_PEAK_SHARE = 0.10
-# how compute profiled on one type is carried to another (FeatureBuilder.transfer_method): the
-# operator model (a CPU profile's operator count, on a GPU); the measured CPU factors of both
-# emulated hosts; the spec speeds with both GPUs' measured speed factors; the spec speeds alone
-COMPUTE_TRANSFERS = ("operator-model", "cpu-factors", "gpu-speed-factors", "spec-speed")
+# how compute profiled on one type is carried to another (FeatureBuilder.transfer_method): as it
+# is, from a type with the same GPU board (only the hosts differ); the operator model (a CPU
+# profile's operator count, on a GPU); the measured CPU factors of both emulated hosts; the spec
+# speeds with both GPUs' measured speed factors; the spec speeds alone
+COMPUTE_TRANSFERS = ("same-gpu", "operator-model", "cpu-factors", "gpu-speed-factors", "spec-speed")
 
 FEATURES = [
     "log_sim_ms", "log_compute_ms", "log_allreduce_ms", "comm_to_compute", "exposed_to_compute",
@@ -137,6 +138,12 @@ class RowEstimate:
     @property
     def spec_transfer(self) -> bool:
         return "spec-speed" in self.compute_transfer
+
+    @property
+    def same_gpu_transfer(self) -> bool:
+        """Every worker not profiled on its type has its compute from a type with the same GPU
+        board: no speed ratio, so none of the spread of one (the feature table's same_gpu_transfer)."""
+        return self.compute_transfer == ("same-gpu",)
 
 
 class FeatureBuilder:
@@ -438,6 +445,10 @@ class FeatureBuilder:
                 f"it with {', '.join(self.job.instance_types)}.",
                 f"Profile {self.job.model} on {instance_type} (or a type with the same GPU).")
         method = self.transfer_method(instance_type)
+        if method == "same-gpu":
+            return got[0], True, (f"compute on {instance_type} taken as profiled on {got[1]}, which has the same GPU "
+                                  f"({self.catalog.get(instance_type).gpu_name}); the hosts' CPUs and buses differ, "
+                                  f"which the figure does not see; profile on {instance_type} for a measured figure")
         if method == "cpu-factors":
             return got[0], True, f"compute on {instance_type} transferred from {got[1]} by measured CPU factor ratio"
         return got[0], True, (f"compute on {instance_type} transferred from {got[1]} by GPU/CPU spec ratio"
@@ -459,11 +470,22 @@ class FeatureBuilder:
         src = self.compute_source(instance_type)
         if src is None:
             return None
+        if self.same_gpu(instance_type, src):
+            return "same-gpu"
         if self.job.cpu_factors.get(instance_type) and self.job.cpu_factors.get(src):
             return "cpu-factors"
         if both_measured(self.hardware(instance_type), self.hardware(src), self.job.precision):
             return "gpu-speed-factors"
         return "spec-speed"
+
+    def same_gpu(self, a: str, b: str) -> bool:
+        """Whether types ``a`` and ``b`` carry the same GPU board (name and memory), so that a
+        worker's compute moves between them unchanged and only the hosts differ."""
+        if not (self.catalog.has(a) and self.catalog.has(b)):
+            return False
+        ta, tb = self.catalog.get(a), self.catalog.get(b)
+        return bool(ta.gpu_count and tb.gpu_count and ta.gpu_name and ta.gpu_name == tb.gpu_name
+                    and ta.gpu_memory_gib == tb.gpu_memory_gib)
 
     def post_ms(self, instance_type: str, batch: float) -> float:
         """Optimizer + other time per step after the allreduces (0 where no profile splits it)."""
@@ -658,10 +680,10 @@ class FeatureBuilder:
         out = [{**est.features, "sim_ms": est.sim_ms, "compute_ms": est.compute_ms,
                 "batch_low": est.step_bounds[0], "batch_high": est.step_bounds[1],
                 "by_operators": float(est.by_operators), "overlap_unknown": float(est.overlap_unknown),
-                "spec_transfer": float(est.spec_transfer)}
+                "spec_transfer": float(est.spec_transfer), "same_gpu_transfer": float(est.same_gpu_transfer)}
                for est in estimates]
         return pd.DataFrame(out, columns=FEATURES + ["sim_ms", "compute_ms", "batch_low", "batch_high", "by_operators",
-                                                     "overlap_unknown", "spec_transfer"])
+                                                     "overlap_unknown", "spec_transfer", "same_gpu_transfer"])
 
 
 def busy_peers(config: ClusterConfig, cycles: Sequence[tuple[float, float]]) -> float:

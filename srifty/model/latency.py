@@ -383,11 +383,23 @@ class LatencyModel:
 
         return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.residual(X))
 
+    @staticmethod
+    def same_gpu_transfer(X: "pd.DataFrame") -> "np.ndarray":
+        """Rows whose compute, where not profiled on the type, comes from a type with the same GPU
+        board (RowEstimate.same_gpu_transfer): taken as it is, not carried by a speed ratio."""
+        import numpy as np
+
+        return np.asarray(X["same_gpu_transfer"], dtype=float) > 0 if "same_gpu_transfer" in X.columns \
+            else np.zeros(len(X), dtype=bool)
+
     def out_of_range(self, X: "pd.DataFrame") -> list[list[str]]:
-        """For each row, the features outside the range its regime saw in training."""
+        """For each row, the features outside the range its regime saw in training; ``transferred``
+        not where the compute came from the same GPU (:meth:`same_gpu_transfer`): no training row is
+        transferred, so the residual does not read it, and such a compute carries no ratio's error."""
         import numpy as np
 
         A = self._check_X(X)
+        same_gpu = self.same_gpu_transfer(X)
         out: list[list[str]] = [[] for _ in range(len(A))]
         for name, m, part in self._each(X):
             idx = np.nonzero(m)[0]
@@ -400,7 +412,8 @@ class LatencyModel:
                 low = (Am < part.feature_min - 1e-9) & np.isfinite(Am)
                 high = (Am > part.feature_max + 1e-9) & np.isfinite(Am)
             for k, i in enumerate(idx):
-                out[i] = [REGIME_FEATURES[name][j] for j in np.nonzero(low[k] | high[k])[0]]
+                names = [REGIME_FEATURES[name][j] for j in np.nonzero(low[k] | high[k])[0]]
+                out[i] = [f for f in names if not (same_gpu[i] and f == "transferred")]
         return out
 
     def uncalibrated_regimes(self) -> list[str]:
@@ -493,12 +506,15 @@ class LatencyModel:
             else np.zeros(len(X), dtype=bool)
         single = (np.asarray(X["world_size"], dtype=float) == 1) & (~transferred | by_operators)
         center, lo, hi = (np.where(single, 0.0, a) for a in (center, lo, hi))
+        # compute from a type with the same GPU board is not carried by a speed ratio: none of a
+        # transfer's spread below (nor is it outside the training range for it: out_of_range)
+        same_gpu = self.same_gpu_transfer(X)
         outside = np.array([bool(x) for x in self.out_of_range(X)]) & ~single
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
         hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
         spread = gpu_transfer_error()
-        moved = transferred & ~by_operators & (np.asarray(X["emulated"], dtype=float) == 0)
+        moved = transferred & ~by_operators & ~same_gpu & (np.asarray(X["emulated"], dtype=float) == 0)
         if spread is not None and moved.any():
             # compute carried to a GPU nobody profiled misses by as much as measured transfers did
             # (srifty.gpuspeed.TransferError): those with measured speed factors on both GPUs, or
