@@ -383,23 +383,14 @@ class LatencyModel:
 
         return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.residual(X))
 
-    @staticmethod
-    def same_gpu_transfer(X: "pd.DataFrame") -> "np.ndarray":
-        """Rows whose compute, where not profiled on the type, comes from a type with the same GPU
-        board (RowEstimate.same_gpu_transfer): taken as it is, not carried by a speed ratio."""
-        import numpy as np
-
-        return np.asarray(X["same_gpu_transfer"], dtype=float) > 0 if "same_gpu_transfer" in X.columns \
-            else np.zeros(len(X), dtype=bool)
-
     def out_of_range(self, X: "pd.DataFrame") -> list[list[str]]:
         """For each row, the features outside the range its regime saw in training; ``transferred``
-        not where the compute came from the same GPU (:meth:`same_gpu_transfer`): no training row is
+        not where the compute came from the same GPU (the table's same_gpu_transfer): no training row is
         transferred, so the residual does not read it, and such a compute carries no ratio's error."""
         import numpy as np
 
         A = self._check_X(X)
-        same_gpu = self.same_gpu_transfer(X)
+        same_gpu = flagged(X, "same_gpu_transfer")
         out: list[list[str]] = [[] for _ in range(len(A))]
         for name, m, part in self._each(X):
             idx = np.nonzero(m)[0]
@@ -456,8 +447,7 @@ class LatencyModel:
         self._check_X(X)
         out = np.full((len(X), 2), np.nan)
         bins = self._share_bin(self._compute_share(X), self.residual(X) if residual is None else residual)
-        unread = np.asarray(X["overlap_unknown"], dtype=float) > 0 if "overlap_unknown" in X.columns \
-            else np.zeros(len(X), dtype=bool)
+        unread = flagged(X, "overlap_unknown")
         for _, m, part in self._each(X):
             if part is None or part.held_out_error is None:
                 continue
@@ -502,13 +492,12 @@ class LatencyModel:
         # spread was measured between GPUs, and a CPU-profiled job carried to a GPU misses further
         transferred = np.asarray(X["transferred"], dtype=float) > 0
         # a step from the operator model carries its own interval (batch_low/high), measured on GPUs
-        by_operators = np.asarray(X["by_operators"], dtype=float) > 0 if "by_operators" in X.columns \
-            else np.zeros(len(X), dtype=bool)
+        by_operators = flagged(X, "by_operators")
         single = (np.asarray(X["world_size"], dtype=float) == 1) & (~transferred | by_operators)
         center, lo, hi = (np.where(single, 0.0, a) for a in (center, lo, hi))
         # compute from a type with the same GPU board is not carried by a speed ratio: none of a
         # transfer's spread below (nor is it outside the training range for it: out_of_range)
-        same_gpu = self.same_gpu_transfer(X)
+        same_gpu = flagged(X, "same_gpu_transfer")
         outside = np.array([bool(x) for x in self.out_of_range(X)]) & ~single
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
@@ -519,8 +508,7 @@ class LatencyModel:
             # compute carried to a GPU nobody profiled misses by as much as measured transfers did
             # (srifty.gpuspeed.TransferError): those with measured speed factors on both GPUs, or
             # by the spec ratio alone; independently of the residual's error: in quadrature
-            by_spec = np.asarray(X["spec_transfer"], dtype=float) > 0 if "spec_transfer" in X.columns \
-                else np.zeros(len(X), dtype=bool)
+            by_spec = flagged(X, "spec_transfer")
             (spec_q05, spec_q95), (q05, q95) = spread.bounds(True), spread.bounds(False)
             q05, q95 = np.where(by_spec, spec_q05, q05), np.where(by_spec, spec_q95, q95)
             lo = np.where(moved, center - np.hypot(center - lo, np.minimum(q05, 0.0)), lo)
@@ -545,6 +533,14 @@ class LatencyModel:
                            & (np.asarray(X["emulated"], dtype=float) == 0))
             lo = np.where(on_measured, np.maximum(lo, np.minimum(floor, center)), lo)
         return sim * np.exp(lo), sim * np.exp(hi)
+
+
+def flagged(X: "pd.DataFrame", column: str) -> "np.ndarray":
+    """The rows where the feature table's optional 0/1 ``column`` is set (none where the table
+    has no such column: a table built before it existed)."""
+    import numpy as np
+
+    return np.asarray(X[column], dtype=float) > 0 if column in X.columns else np.zeros(len(X), dtype=bool)
 
 
 @lru_cache(maxsize=1)
