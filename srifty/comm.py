@@ -227,20 +227,37 @@ def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tu
     return tuple(out)
 
 
+class RunSimulator:
+    """The simulator's step times of fixed (job, run) pairs under link figures that vary, as a grid
+    search of them asks: each job's compute is worked out once, and only what the links set anew
+    (FeatureBuilder.with_link_scale)."""
+
+    def __init__(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog") -> None:
+        import numpy as np
+
+        self.pairs = list(pairs)
+        self.measured_ms = np.array([r.step_ms for _, r in self.pairs])
+        self._builders = {j.model: FeatureBuilder(j, catalog) for j, _ in self.pairs}
+        self._rows = [(run_config(r), r.local_batch_size) for _, r in self.pairs]
+
+    def simulated_ms(self, scale: LinkScale) -> "np.ndarray":
+        """Each pair's simulated iteration time with the link figures ``scale``."""
+        import numpy as np
+
+        builders = {model: b.with_link_scale(scale) for model, b in self._builders.items()}
+        return np.array([builders[j.model].sim_ms(config, batch)
+                         for (j, _), (config, batch) in zip(self.pairs, self._rows)])
+
+    def median_log_error(self, scale: LinkScale) -> float:
+        """Median |log(simulated / measured)| of the pairs' step times with the link figures ``scale``."""
+        import numpy as np
+
+        return float(np.median(np.abs(np.log(self.simulated_ms(scale) / self.measured_ms))))
+
+
 def simulated_ms(pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog", scale: LinkScale) -> "np.ndarray":
     """The simulator's iteration time of each (job, run) with the link figures ``scale``."""
-    import numpy as np
-
-    builders = {j.model: FeatureBuilder(j, catalog, scale) for j, _ in pairs}
-    return np.array([builders[j.model].estimate(run_config(r), r.local_batch_size).sim_ms for j, r in pairs])
-
-
-def median_log_error(pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog", scale: LinkScale) -> float:
-    """Median |log(simulated / measured)| of the runs' step times with the link figures ``scale``."""
-    import numpy as np
-
-    y = np.array([r.step_ms for _, r in pairs])
-    return float(np.median(np.abs(np.log(simulated_ms(pairs, catalog, scale) / y))))
+    return RunSimulator(pairs, catalog).simulated_ms(scale)
 
 
 @dataclass
@@ -302,7 +319,8 @@ class CommModel:
             pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), self.max_rows, replace=False))]
         grid = (LinkScale(*figures) for figures in itertools.product(self.inter_grid, self.intra_grid,
                                                                      self.latency_grid))
-        self.score_, scale = min(((median_log_error(pairs, catalog, s), s) for s in grid), key=lambda t: t[0])
+        sim = RunSimulator(pairs, catalog)
+        self.score_, scale = min(((sim.median_log_error(s), s) for s in grid), key=lambda t: t[0])
         links = dict(self._fit_tcp_links(pairs, catalog, scale))
         links.update(dict(fit_tcp_allreduce(catalog, allreduce, scale)))  # an allreduce measures the link itself
         self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu,
@@ -338,7 +356,8 @@ class CommModel:
                 by_type.setdefault(r.instance_type, []).append((j, r))
         out = []
         for itype, mine in sorted(by_type.items()):
-            eff = min(self.inter_grid, key=lambda e: median_log_error(mine, catalog, replace(scale, inter_efficiency=e)))
+            sim = RunSimulator(mine, catalog)
+            eff = min(self.inter_grid, key=lambda e: sim.median_log_error(replace(scale, inter_efficiency=e)))
             hw = hardware_of(catalog, itype)
             pcie = hw.intra.gbytes_per_s * 8.0 * scale.intra_efficiency if hw.intra_kind == "pcie" else float("inf")
             out.append((itype, round(min(eff * hw.inter.gbytes_per_s * 8.0, pcie), 4)))
@@ -351,8 +370,8 @@ class CommModel:
         absolute log error, the other figures fixed. None without such runs."""
         if not pairs:
             return None
-        return min(self.intra_grid,
-                   key=lambda eff: median_log_error(pairs, catalog, replace(scale, node_intra_efficiency=eff)))
+        sim = RunSimulator(pairs, catalog)
+        return min(self.intra_grid, key=lambda eff: sim.median_log_error(replace(scale, node_intra_efficiency=eff)))
 
     def _fit_overlap_slowdown(self, jobs: Sequence[JobProfile], catalog: "Catalog", scale: LinkScale) -> float:
         """How much slower backward runs on emulated hosts while an allreduce is in flight, per
@@ -369,10 +388,10 @@ class CommModel:
         self.n_overlap_runs_ = len(pairs)
         if len(pairs) < MIN_OVERLAP_RUNS:
             return 0.0
-        y = np.array([r.step_ms for _, r in pairs])
+        sim = RunSimulator(pairs, catalog)
         best = None
         for s in self.overlap_grid:
-            r = np.log(y / simulated_ms(pairs, catalog, replace(scale, emulated_overlap_slowdown=s)))
+            r = np.log(sim.measured_ms / sim.simulated_ms(replace(scale, emulated_overlap_slowdown=s)))
             spread = float(np.mean(np.abs(r - np.median(r))))
             if best is None or spread < best[0] - 1e-9:
                 best = (spread, s)

@@ -181,7 +181,7 @@ def leave_one_gpu_out(all_pairs: Sequence[StepPair], catalog: Catalog, predictor
 
 def _held_out_by(all_pairs: Sequence[StepPair], group: Callable[[StepPair], str], catalog: Catalog,
                  predictor: Predictor, other_gpu: tuple[float, float]) -> list[HeldOut]:
-    out = []
+    out, jobs = [], {}
     for held in sorted({group(p) for p in all_pairs}):
         train = [p for p in all_pairs if group(p) != held]
         inner = held_out_log_errors(train) if len({p.model for p in train}) >= 2 else []
@@ -190,9 +190,11 @@ def _held_out_by(all_pairs: Sequence[StepPair], group: Callable[[StepPair], str]
         for p in all_pairs:
             if group(p) != held:
                 continue
-            cpu = load_profile(p.cpu_profile)
-            job = job_from_profiles([cpu])
-            hosts = ProfiledHostsCatalog(catalog, profiled_hosts([cpu], catalog))
+            if p.cpu_profile not in jobs:
+                cpu = load_profile(p.cpu_profile)
+                jobs[p.cpu_profile] = job_from_profiles([cpu]), profiled_hosts([cpu], catalog)
+            job, profiled = jobs[p.cpu_profile]
+            hosts = ProfiledHostsCatalog(catalog, profiled)
             config = parse_config(f"1x{p.gpu_instance_type}:1")
             got = predict_table(predictor, FeatureBuilder(job, hosts, predictor.link_scale, step_model),
                                 [(config, float(p.batch))])

@@ -3,6 +3,7 @@ and the numbers the residual model reads (:class:`FeatureBuilder`)."""
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -146,6 +147,34 @@ class RowEstimate:
         return self.compute_transfer == ("same-gpu",)
 
 
+@dataclass
+class WorkerLayout:
+    """A configuration's workers at one batch (FeatureBuilder.workers): each node's hardware and
+    worker count, each group's (step alone, compute), and the links of their ring."""
+
+    hardware: list[Hardware]  # one per group
+    workers_per_node: list[int]  # one per node
+    cycles: list[tuple[float, float]]  # (step alone, compute) of each group's worker
+    transferred: bool  # some worker's compute was carried from another type
+    notes: list[str]
+    loosest: float  # the loosest measurement behind the compute times (relative CI half-width; 0: none loose)
+    loose_notes: list[str]  # the notes (among ``notes``) that say so
+    batch_bounds: tuple[float, float]  # RowEstimate.batch_bounds
+    intra: Link
+    inter: Link
+    emulated: bool
+
+    @property
+    def step_alone_ms(self) -> float:
+        """The slowest worker's step without communication: compute, then optimizer and other."""
+        return max(self.cycles)[0]
+
+    @property
+    def compute_ms(self) -> float:
+        """The slowest worker's forward and backward."""
+        return max(self.cycles)[1]
+
+
 class FeatureBuilder:
     """Features of (configuration, per-worker batch) rows for one job on one catalog."""
 
@@ -166,6 +195,7 @@ class FeatureBuilder:
         self._op_terms: dict[tuple[str, float], StepTerms] = {}
         self._rel_ci: dict[str, float | None] = {}
         self._estimates: dict[tuple[str, float], RowEstimate] = {}
+        self._buckets: tuple[list[float], Sequence[float] | None] | None = None
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
     def hardware(self, name: str) -> Hardware:
@@ -508,13 +538,8 @@ class FeatureBuilder:
             self._curves[key] = self.job.post_curve(instance_type)
         return self._curves[key]
 
-    def estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
-        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker.
-
-        Synchronous data parallelism runs at the pace of the slowest worker: its forward and
-        backward set when buckets become ready (a faster worker waits inside its allreduce),
-        and its optimizer/other time follows the last allreduce.
-        """
+    def workers(self, config: ClusterConfig, local_batch_size: float) -> WorkerLayout:
+        """``config``'s workers at ``local_batch_size`` each, and the links their ring runs on."""
         wpn_all: list[int] = []
         cycles, transferred, notes = [], False, []
         hws = []
@@ -539,8 +564,6 @@ class FeatureBuilder:
             for n in (note, batch_note):
                 if n and n not in notes:
                     notes.append(n)
-        step_alone, compute = max(cycles)  # the slowest worker
-        post = step_alone - compute
         intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
@@ -554,28 +577,69 @@ class FeatureBuilder:
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
             intra = inter
-        gb = self.grad_bytes
-        if gb:
+        return WorkerLayout(hws, wpn_all, cycles, transferred, notes, loosest, loose_notes,
+                            (batch_low, batch_high), intra, inter, emulated)
+
+    def buckets(self) -> tuple[list[float], Sequence[float] | None]:
+        """The gradient buckets DDP allreduces (the profile's, else the default layout of the
+        gradient size) and the share of backward done when each is ready (None: not recorded)."""
+        if self._buckets is None:
+            gb = self.grad_bytes
             buckets = self.job.bucket_bytes if self.job.bucket_bytes else simulate.bucket_layout(gb)
             if self.job.bucket_bytes and abs(sum(buckets) - gb) > 0.01 * gb:
                 buckets = simulate.bucket_layout(gb)
-            fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
+            self._buckets = buckets, (self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None)
+        return self._buckets
 
-            def simulated(inter: Link, tree: bool = False) -> simulate.SimResult:
-                return simulate.simulate_iteration(
-                    compute, buckets, wpn_all, intra, inter,
-                    self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs, optimizer_ms=post,
-                    overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, cycles)
-                                      if emulated else 0.0),
-                    hierarchical=all(h.hierarchical_allreduce for h in hws), tree=tree)
+    def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link,
+                  tree: bool = False) -> simulate.SimResult:
+        """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
+        between nodes, the ring's or (``tree``) NCCL's tree across nodes."""
+        buckets, fracs = self.buckets()
+        return simulate.simulate_iteration(
+            layout.compute_ms, buckets, layout.workers_per_node, layout.intra, inter,
+            self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
+            optimizer_ms=layout.step_alone_ms - layout.compute_ms,
+            overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, layout.cycles)
+                              if layout.emulated else 0.0),
+            hierarchical=all(h.hierarchical_allreduce for h in layout.hardware), tree=tree)
 
-            sim = simulated(inter)
+    def sim_ms(self, config: ClusterConfig, local_batch_size: float) -> float:
+        """:meth:`estimate`'s ``sim_ms`` alone (what a fit of the link figures reads)."""
+        layout = self.workers(config, local_batch_size)
+        if not self.grad_bytes:
+            return layout.step_alone_ms
+        return self.simulated(config, layout, layout.inter).iteration_ms
+
+    def with_link_scale(self, link_scale: LinkScale) -> "FeatureBuilder":
+        """This builder with the link figures ``link_scale``: what it worked out of the job's compute
+        is kept (links never change it), what depends on the links is worked out afresh."""
+        other = copy.copy(self)
+        other.link_scale = link_scale
+        other._hw, other._node_intra, other._estimates = {}, {}, {}
+        return other
+
+    def estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
+        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker.
+
+        Synchronous data parallelism runs at the pace of the slowest worker: its forward and
+        backward set when buckets become ready (a faster worker waits inside its allreduce),
+        and its optimizer/other time follows the last allreduce.
+        """
+        layout = self.workers(config, local_batch_size)
+        wpn_all, hws, notes, transferred = layout.workers_per_node, layout.hardware, layout.notes, layout.transferred
+        step_alone, compute = layout.step_alone_ms, layout.compute_ms
+        intra, inter, emulated = layout.intra, layout.inter, layout.emulated
+        batch_low, batch_high = layout.batch_bounds
+        gb = self.grad_bytes
+        if gb:
+            sim = self.simulated(config, layout, inter)
             step_low, step_high = batch_low, batch_high
             if len(wpn_all) > 1 and not emulated:
                 # NCCL may run a bucket's allreduce as a tree across nodes where its tuning finds that
                 # faster (small messages on many nodes); the simulator prices the ring (gloo, on
                 # emulated hosts, has no tree): the step could be as fast as with the tree
-                step_low *= simulated(inter, tree=True).iteration_ms / sim.iteration_ms
+                step_low *= self.simulated(config, layout, inter, tree=True).iteration_ms / sim.iteration_ms
             ready_unknown = self.job.ready_fractions is None and sum(wpn_all) > 1
             overlap_unknown = ready_unknown and self.job.overlap_fit is None
             if ready_unknown:
@@ -595,7 +659,7 @@ class FeatureBuilder:
                 # its prior: the step at the slower network, and without that share of its exposed
                 # communication at the faster one
                 k = PRIOR_NETWORK_SPREAD
-                slow_ms = simulated(Link(inter.gbytes_per_s / k, inter.latency_us)).iteration_ms
+                slow_ms = self.simulated(config, layout, Link(inter.gbytes_per_s / k, inter.latency_us)).iteration_ms
                 exposed = max(sim.iteration_ms - step_alone, 0.0) / sim.iteration_ms
                 net_low, net_high = 1.0 - exposed * (1.0 - 1.0 / k), slow_ms / sim.iteration_ms
                 step_low, step_high = step_low * net_low, step_high * net_high
@@ -642,7 +706,8 @@ class FeatureBuilder:
         }
         for h in hws:
             notes.extend(n for n in h.notes if n not in notes)
-        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, loosest, tuple(loose_notes),
+        return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, layout.loosest,
+                           tuple(layout.loose_notes),
                            (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups),
                            (step_low, step_high), overlap_unknown,
                            tuple(sorted({m for g in config.groups
