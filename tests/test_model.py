@@ -1067,6 +1067,23 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     assert any(line.startswith("warning: 2xg5.xlarge:1: the network") for line in one.stderr.splitlines())
 
 
+def test_predict_takes_several_configs(model_file: Path) -> None:
+    """--config given more than once: one row each, in order, and each shared warning said once."""
+    args = ["--profile", str(POLLUX / "imagenet"), "-b", "32", "--model", str(model_file)]
+    both = _predict(*args, "--config", "2xg5.xlarge", "--config", "4xg4dn.12xlarge", "--json")
+    assert both.exit_code == 0, both.stderr
+    rows = [json.loads(line) for line in both.stdout.splitlines()]
+    assert [r["config"] for r in rows] == ["2xg5.xlarge:1", "4xg4dn.12xlarge:4"]
+    for row, config in zip(rows, ("2xg5.xlarge", "4xg4dn.12xlarge")):  # each as it is alone
+        alone = json.loads(_predict(*args, "--config", config, "--json").stdout)
+        assert row["iteration_ms"] == alone["iteration_ms"] and row["interval_ms"] == alone["interval_ms"]
+    table = _predict(*args, "--config", "2xg5.xlarge", "--config", "4xg4dn.12xlarge")
+    assert sum("gradients become ready" in line for line in table.stderr.splitlines()) == 1
+    for extra in (["--configs", str(ROOT / "README.md")], []):  # both ways, or neither
+        res = _run("predict", "--profile", str(POLLUX / "imagenet"), *extra, *(["--config", "2xg5.xlarge"] if extra else []))
+        assert res.returncode == 1 and "by --config (once or more) or by --configs" in res.stderr, res.stderr
+
+
 @pytest.mark.parametrize("profile, config, batch, compute, carried, network, overlap", [
     ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", None, "measured", "measured"),  # a run of the trace itself
     # the trace's sync times read, and DDP's usual overlap kept
@@ -1875,6 +1892,39 @@ def test_tcp_network_prior_follows_the_documented_limits() -> None:
     assert measured.network_measured(hardware_of(cat, "g4dn.12xlarge")) and not measured.network_measured(big)
     # a cluster placement group doubles what a flow carries (10 Gbit/s, not 5)
     assert replace_pg(measured).tcp_gbps(big) == 16.0
+
+
+def test_an_efa_network_nobody_measured_may_be_as_slow_as_tcp() -> None:
+    """An EFA type without nccl-tests rows is priced at the catalog's EFA rate, but NCCL without
+    the EFA plugin runs over sockets: the slow end of its prior is the TCP prior, and a row across
+    its nodes has an interval that reaches the step on it and says why; an EFA type measured by
+    nccl-tests keeps its fitted figure, with none of that spread."""
+    from srifty.catalog import Catalog
+    from srifty.features import PRIOR_NETWORK_SPREAD, LinkScale, hardware_of
+
+    cat = Catalog.default()
+    scale = LinkScale(tcp_links=(("g4dn.12xlarge", 6.3),), fast_links=(("p4d.24xlarge", 0.25, 0.5),))
+    metal = scale.apply(hardware_of(cat, "g4dn.metal"))
+    assert metal.inter_kind == "efa" and metal.inter.gbytes_per_s == pytest.approx(100 / 8)
+    assert scale.prior_inter(metal).gbytes_per_s == pytest.approx(6.3 / 8)  # the measured flows, not 100/2
+    tcp = scale.apply(hardware_of(cat, "g5.12xlarge"))
+    assert scale.prior_inter(tcp).gbytes_per_s == pytest.approx(tcp.inter.gbytes_per_s / PRIOR_NETWORK_SPREAD)
+    p4d = scale.apply(hardware_of(cat, "p4d.24xlarge"))
+    assert scale.network_measured(p4d) and not scale.network_measured(metal)
+    rows = {}
+    for config in ("2xg4dn.metal:8", "2xg4dn.12xlarge:4"):
+        res = _run("predict", "--profile", str(ROOT / "profiles" / "pollux" / "imagenet"), "--config", config,
+                   "-b", "32", "--json")
+        assert res.returncode == 0, res.stderr
+        rows[config] = json.loads(res.stdout)
+    metal_row, measured = rows["2xg4dn.metal:8"], rows["2xg4dn.12xlarge:4"]
+    # sixteen T4s over TCP at the measured type's flows are slower than eight on its measured links
+    assert metal_row["interval_ms"][1] > measured["iteration_ms"]
+    (note,) = [w for w in metal_row["warnings"] if "never measured" in w]
+    assert "the catalog's EFA rate" in note and "down to TCP's prior" in note and "per-flow" not in note
+    # the measured type's PCIe share is fitted: no note that its line rate was taken
+    assert not any("line rate" in w for w in measured["warnings"])
+    assert any("PCIe Gen3 x16 line rate" in w for w in metal_row["warnings"])
 
 
 def replace_pg(scale):

@@ -131,10 +131,11 @@ def _grouped_warnings(results: Sequence[Any]) -> list[str]:
 Examples:
   srifty predict --profile profiles/pollux/imagenet --config 4xg4dn.12xlarge --local-batch-size 64
   srifty predict --profile profiles/pollux/cifar10/g4dn.12xlarge.json --config 2xg4dn.12xlarge:2 --json
+  srifty predict --profile profiles/pollux/imagenet --config 2xg4dn.12xlarge --config 4xg4dn.xlarge -b 32
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
 
 Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
-With --configs, each warning is said once, with the rows it concerns (and with --json, in each
+With several rows, each warning is said once, with the rows it concerns (and with --json, in each
 row's `warnings`). With --json each row also has `parts`: the slowest worker's compute alone
 (compute_ms) and the rest of the step (communication_ms), with where each came from:
 compute_source measured | profiled | profiled-other-batch | transferred, and for a transferred
@@ -154,7 +155,8 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 """)
 @click.option("--profile", "profile_path", required=True, type=click.Path(),
               help="A profile file, or a directory with one model's profiles (several instance types).")
-@click.option("--config", "config_text", help="Cluster configuration, e.g. 2xp3.8xlarge+1xg5.12xlarge.")
+@click.option("--config", "config_texts", multiple=True,
+              help="Cluster configuration, e.g. 2xp3.8xlarge+1xg5.12xlarge; repeat it for several.")
 @click.option("--configs", "configs_csv", type=click.Path(dir_okay=False), help="CSV with columns config, local_batch_size.")
 @click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profile's).")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="A model file from `srifty fit`.")
@@ -162,14 +164,16 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 @click.option("--placement-group", is_flag=True, help="Nodes in a cluster placement group (10 Gbit/s per TCP "
               "flow between them, not 5).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def predict_cmd(profile_path: str, config_text: str | None, configs_csv: str | None, local_batch_size: int | None,
+def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: str | None, local_batch_size: int | None,
                 model_path: str | None, catalog_path: str | None, placement_group: bool, as_json: bool) -> None:
     """Predict iteration time and throughput of a profiled model on other configurations."""
     from srifty import api
 
-    if bool(config_text) == bool(configs_csv):
-        raise SriftyError("Give exactly one of --config and --configs.", "e.g. --config 4xg4dn.12xlarge")
-    requests = [(config_text, local_batch_size, 0)] if config_text else _read_configs_csv(configs_csv or "")
+    if bool(config_texts) == bool(configs_csv):
+        raise SriftyError("Give the configurations by --config (once or more) or by --configs, one of the two.",
+                          "e.g. --config 4xg4dn.12xlarge --config 2xg5.12xlarge")
+    requests = ([(text, local_batch_size, 0) for text in config_texts] if config_texts
+                else _read_configs_csv(configs_csv or ""))
     # --model FILE, or the model `srifty recommend` also uses (trained once and cached)
     results = api.predict([profile_path], [(text, b) if b else text for text, b, _ in requests], local_batch_size,
                           model_path, catalog_path, placement_group, say=lambda msg: click.echo(msg, err=True),

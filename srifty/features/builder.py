@@ -105,6 +105,21 @@ RESIDUAL_FEATURES = [
 REGIME_FEATURES = {"real": RESIDUAL_FEATURES, "emulated": RESIDUAL_FEATURES + ["cpu_load"]}
 
 
+def prior_network_note(prior: Sequence[Hardware], low: float, high: float) -> str:
+    """What a row across nodes of ``prior`` (types whose network nobody measured) is told: where
+    each network's figure comes from, and how far the interval spans for it (``low``..``high`` of
+    the step)."""
+    names = ", ".join(dict.fromkeys(h.name for h in prior))
+    kinds = {h.inter_kind for h in prior}
+    source = " and ".join(k for k in ("the instance's rate and AWS's per-flow limit" if "tcp" in kinds else "",
+                                      "the catalog's EFA rate" if "efa" in kinds else "") if k)
+    return (f"the network between {names} nodes was never measured: its bandwidth is a prior from {source} "
+            f"(latency-model.md, section 3), and the interval spans x{low:.2f} to x{high:.2f} of the step for it"
+            + (" (down to TCP's prior, which NCCL runs over without the EFA plugin)" if "efa" in kinds else "")
+            + "; `srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, for a "
+            "model fitted with that profile in its corpus (`srifty fit`)")
+
+
 def loose_profile_note(model: str, instance_type: str, rel_ci: float) -> str:
     """The warning for a prediction built on a profile looser than LOOSE_PROFILE_CI."""
     return (f"{model}'s profile on {instance_type} knows its step time to ±{rel_ci:.0%} only (95% CI): "
@@ -653,21 +668,19 @@ class FeatureBuilder:
                         else READY_UNKNOWN_NOTE)
                 if note not in notes:
                     notes.append(note)
-            prior = [h.name for h in hws if not self.link_scale.network_measured(h)]
+            prior = [h for h in hws if not self.link_scale.network_measured(h)]
             if len(wpn_all) > 1 and prior:
                 # a network nobody measured may be PRIOR_NETWORK_SPREAD times slower or faster than
-                # its prior: the step at the slower network, and without that share of its exposed
-                # communication at the faster one
+                # its prior (an EFA one as slow as TCP: LinkScale.prior_inter): the step at the slower
+                # network, and without that share of its exposed communication at the faster one
                 k = PRIOR_NETWORK_SPREAD
-                slow_ms = self.simulated(config, layout, Link(inter.gbytes_per_s / k, inter.latency_us)).iteration_ms
+                slow = Link(min([inter.gbytes_per_s / k] + [self.link_scale.prior_inter(h).gbytes_per_s
+                                                             for h in prior]), inter.latency_us)
+                slow_ms = self.simulated(config, layout, slow).iteration_ms
                 exposed = max(sim.iteration_ms - step_alone, 0.0) / sim.iteration_ms
                 net_low, net_high = 1.0 - exposed * (1.0 - 1.0 / k), slow_ms / sim.iteration_ms
                 step_low, step_high = step_low * net_low, step_high * net_high
-                note = (f"the network between {', '.join(dict.fromkeys(prior))} nodes was never measured: its "
-                        f"bandwidth is a prior from the instance's rate and AWS's per-flow limit (latency-model.md, "
-                        f"section 3), and the interval spans x{net_low:.2f} to x{net_high:.2f} of the step for it; "
-                        "`srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, "
-                        "for a model fitted with that profile in its corpus (`srifty fit`)")
+                note = prior_network_note(prior, net_low, net_high)
                 if note not in notes:
                     notes.append(note)
             if self.grad_bytes_estimated and sum(wpn_all) > 1:

@@ -21,6 +21,8 @@ DEFAULT_INTRA_GBYTES_PER_S = 10.0
 EMULATED_INTRA_GBYTES_PER_S = 2.0  # workers sharing an emulated host talk over loopback sockets
 INTRA_LATENCY_US = 10.0
 INTER_LATENCY_US = 30.0
+# how a note on a figure of the intra-node link starts (LinkScale.apply drops it where the figure is fitted)
+INTRA_BANDWIDTH_NOTE = "intra-node bandwidth"
 EFA_MIN_GBPS = 100  # EFA-capable types at >= 100 Gbps are taken to run NCCL over EFA (aws-ofi-nccl)
 HALF_PRECISIONS = frozenset({"fp16", "float16", "bf16", "bfloat16", "amp"})
 # a job whose profile does not say what share of its FLOPs are convolutions: halfway, in log, between
@@ -134,8 +136,9 @@ def _intra_bandwidth(link_text: str, stated: float | None) -> tuple[float, str |
         return float(stated), None
     m = re.search(r"pcie\s*gen\s*(\d)", link_text or "", re.I)
     if m and f"gen{m.group(1)}" in PCIE_GBYTES_PER_S:
-        return PCIE_GBYTES_PER_S[f"gen{m.group(1)}"], f"intra-node bandwidth from the PCIe Gen{m.group(1)} x16 line rate"
-    return DEFAULT_INTRA_GBYTES_PER_S, f"intra-node bandwidth unknown: assumed {DEFAULT_INTRA_GBYTES_PER_S} GB/s"
+        return (PCIE_GBYTES_PER_S[f"gen{m.group(1)}"],
+                f"{INTRA_BANDWIDTH_NOTE} from the PCIe Gen{m.group(1)} x16 line rate")
+    return DEFAULT_INTRA_GBYTES_PER_S, f"{INTRA_BANDWIDTH_NOTE} unknown: assumed {DEFAULT_INTRA_GBYTES_PER_S} GB/s"
 
 
 @lru_cache(maxsize=1)

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from srifty.features.hardware import INTER_LATENCY_US, Hardware
+from srifty.features.hardware import INTER_LATENCY_US, INTRA_BANDWIDTH_NOTE, Hardware
 from srifty.simulate import Link
 
 # tc tbf shapes Ethernet frames: a 1514-byte frame carries 1448 bytes of TCP payload
@@ -126,6 +126,15 @@ class LinkScale:
             return scaled.intra
         return Link(raw.intra.gbytes_per_s * self.node_intra_efficiency, scaled.intra.latency_us)
 
+    def prior_inter(self, scaled: Hardware) -> Link:
+        """The slowest the network between nodes of ``scaled`` (``apply``'s figures) may be where
+        nobody measured it: PRIOR_NETWORK_SPREAD times slower than its prior, and an EFA type no
+        faster than its TCP prior, which is what NCCL runs over without the EFA plugin."""
+        slow = scaled.inter.gbytes_per_s / PRIOR_NETWORK_SPREAD
+        if scaled.inter_kind == "efa":
+            slow = min(slow, self.tcp_gbps(scaled) / 8.0)
+        return Link(slow, scaled.inter.latency_us)
+
     def mixed_ring_factor(self, rates_mbit: Sequence[float]) -> float:
         """What an emulated ring over links of ``rates_mbit`` keeps of its slowest link's goodput."""
         k = mixed_ring_slowest_hosts(rates_mbit)
@@ -170,8 +179,11 @@ class LinkScale:
             inter = Link(hw.inter.gbytes_per_s * measured[1], hw.inter.latency_us)
         else:
             inter = Link(self.tcp_gbps(hw) / 8.0, hw.inter.latency_us * self.latency_factor)
+        notes = hw.notes
+        if hw.intra_kind == "pcie" and self.tcp_measured(hw.name):  # the PCIe share is fitted on the type
+            notes = tuple(n for n in notes if not n.startswith(INTRA_BANDWIDTH_NOTE))
         return replace(hw, intra=Link(hw.intra.gbytes_per_s * intra_eff, hw.intra.latency_us * intra_lat),
-                       inter=inter)
+                       inter=inter, notes=notes)
 
     def network_measured(self, hw: Hardware) -> bool:
         """Whether ``hw``'s inter-node network was measured (emulated links always are, by the
