@@ -8,6 +8,7 @@ module (a subsample of the Pollux corpus), the CLI run in-process (click's runne
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -1287,6 +1288,18 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
     cpu, hosts = load_inputs([str(ROOT / "profiles" / "local" / "cnn_resnet.json")], Catalog.default())
     assert FeatureBuilder(cpu, hosts).peak_share("local", 32) is None
     assert FeatureBuilder(cpu, hosts).transfer_bounds("p4d.24xlarge", 32) is None  # the operator model carries it
+
+
+def test_a_note_gives_times_without_exponents(model_file: Path) -> None:
+    """Milliseconds in a note read as numbers do: 1,166, not 1.17e+03."""
+    from srifty.features.builder import readable_ms
+
+    assert [readable_ms(x) for x in (1166.4, 34885.2, 100.0, 58.49, 0.012345)] == \
+        ["1,166", "34,885", "100", "58.5", "0.0123"]
+    res = _predict("--profile", str(POLLUX / "imagenet"), "--config", "2xg4dn.12xlarge", "-b", "256",
+                   "--model", str(model_file))
+    (note,) = [line for line in res.stderr.splitlines() if "its compute is extrapolated" in line]
+    assert "e+0" not in note and re.search(r"\(\d,\d{3} ms there, anywhere from \d{3} to \d,\d{3} ms\)", note), note
 
 
 def test_a_batch_outside_the_profiled_ones_says_so_and_its_interval_covers_the_h200_measurements(

@@ -105,6 +105,12 @@ RESIDUAL_FEATURES = [
 REGIME_FEATURES = {"real": RESIDUAL_FEATURES, "emulated": RESIDUAL_FEATURES + ["cpu_load"]}
 
 
+def readable_ms(ms: float) -> str:
+    """A time in a note: whole milliseconds from 100 up, three significant figures below; never in
+    exponent form (1,166, not 1.17e+03)."""
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
 def prior_network_note(prior: Sequence[Hardware], low: float, high: float) -> str:
     """What a row across nodes of ``prior`` (types whose network nobody measured) is told: where
     each network's figure comes from, and how far the interval spans for it (``low``..``high`` of
@@ -466,7 +472,8 @@ class FeatureBuilder:
         if curve.covers(batch):
             return ratios, None
         note = (f"per-worker batch {batch:g} is outside the {self.profiled_batches(instance_type)}: its compute is "
-                f"extrapolated ({at:.3g} ms there, anywhere from {bounds[0]:.3g} to {bounds[1]:.3g} ms), and the "
+                f"extrapolated ({readable_ms(at)} ms there, anywhere from {readable_ms(bounds[0])} to "
+                f"{readable_ms(bounds[1])} ms), and the "
                 f"interval takes that in; profile at batch {batch:g} for a measured figure"
                 # a transferred type's compute note already carries the launch-bound clause
                 + (self.launch_bound_note(instance_type, batch) if src == instance_type else ""))
