@@ -613,14 +613,15 @@ class FeatureBuilder:
             self._buckets = buckets, (self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None)
         return self._buckets
 
-    def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link,
-                  tree: bool = False) -> simulate.SimResult:
+    def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link, tree: bool = False,
+                  window: float | None = None) -> simulate.SimResult:
         """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
-        between nodes, the ring's or (``tree``) NCCL's tree across nodes."""
+        between nodes, the ring's or (``tree``) NCCL's tree across nodes; ``window``: the share of
+        backward over which the buckets become ready, if not the job's."""
         buckets, fracs = self.buckets()
         return simulate.simulate_iteration(
             layout.compute_ms, buckets, layout.workers_per_node, layout.intra, inter,
-            self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
+            window or self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
             optimizer_ms=layout.step_alone_ms - layout.compute_ms,
             overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, layout.cycles)
                               if layout.emulated else 0.0),
@@ -670,6 +671,10 @@ class FeatureBuilder:
                 # weight gradients, say, are all ready when its backward ends): the step alone, then
                 # every bucket's allreduce in turn
                 step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
+                if not overlap_unknown:
+                    # a window read off a few sync times may be wrong down to DDP's usual overlap
+                    usual = self.simulated(config, layout, inter, window=simulate.DEFAULT_BACKWARD_FRACTION)
+                    step_low *= min(usual.iteration_ms / sim.iteration_ms, 1.0)
                 note = (overlap_fitted_note(self.job) if not overlap_unknown
                         else overlap_checked_note(self.job) if self.job.overlap_check is not None
                         else READY_UNKNOWN_NOTE)
