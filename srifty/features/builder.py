@@ -79,8 +79,8 @@ def overlap_fitted_note(job: "JobProfile") -> str:
             f"measured sync times show that backward hides little of its allreduce: the prediction lets the buckets "
             f"become ready in the last {fit.window:.0%} of its compute (fitted on {fit.runs} runs' sync "
             f"times{_derived_runs(fit)}, which DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), "
-            "and the interval reaches the step with none of it hidden; `srifty profile` of the training script "
-            "records it")
+            "and the interval reaches from the step at that usual overlap to the step with none of it hidden; "
+            "`srifty profile` of the training script records it")
 
 
 def gradient_estimated_note(grad_bytes: float) -> str:
