@@ -1120,6 +1120,53 @@ def test_predict_takes_several_configs(model_file: Path) -> None:
         assert res.returncode == 1 and "by --config (once or more) or by --configs" in res.stderr, res.stderr
 
 
+def test_predict_on_a_terminal_is_a_table_of_the_rows_and_their_parts(model_file: Path) -> None:
+    """On a terminal `predict` prints a table: each row's step, interval and throughput as --json
+    gives them, and its two parts with where each came from; piped, one plain line per row."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    args = [sys.executable, "-m", "srifty", "predict", "--profile", str(POLLUX / "imagenet"), "-b", "32",
+            "--model", str(model_file), "--config", "2xg4dn.12xlarge", "--config", "2xg5.12xlarge"]
+    rows = [json.loads(line) for line in subprocess.run(args + ["--json"], capture_output=True, text=True,
+                                                        timeout=300, cwd=str(ROOT)).stdout.splitlines()]
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # a terminal 200 columns wide
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=subprocess.DEVNULL, cwd=str(ROOT),
+                            env={**env, "TERM": "xterm"})  # not a dumb one, which rich sets at 80 columns
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=300) == 0
+    text = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode())
+    assert "compute from" in text and "network" in text
+    for row in rows:
+        line = next(line for line in text.splitlines() if row["config"] in line)
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        parts = row["parts"]
+        assert cells[2] == f"{row['iteration_ms']:,.1f}" and cells[4] == f"{row['throughput_samples_per_s']:,.1f}"
+        assert cells[3] == "–".join(f"{ms:,.1f}" if ms < 100 else f"{ms:,.0f}" for ms in row["interval_ms"])
+        assert cells[5] == f"{parts['compute_ms']:,.1f}" and cells[7] == f"{parts['communication_ms']:,.1f}"
+        assert cells[6].startswith(parts["compute_source"]) and cells[8] == parts["network_source"]
+    assert {r["parts"]["network_source"] for r in rows} == {"fitted-on-type", "prior"}
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=str(ROOT)).stdout.splitlines()
+    assert len(piped) == 2 and all("samples/s" in line for line in piped)
+
+
 @pytest.mark.parametrize("profile, config, batch, compute, carried, network, overlap", [
     ("pollux/cifar10", "4xg4dn.12xlarge", 64, "measured", None, "measured", "measured"),  # a run of the trace itself
     # the trace's sync times read, and DDP's usual overlap kept

@@ -135,6 +135,7 @@ Examples:
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
 
 Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
+On a terminal the rows are a table with their parts; piped, one line each.
 With several rows, each warning is said once, with the rows it concerns (and with --json, in each
 row's `warnings`). With --json each row also has `parts`: the slowest worker's compute alone
 (compute_ms) and the rest of the step (communication_ms), with where each came from:
@@ -180,6 +181,11 @@ def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: s
                           where=[f" ({configs_csv} line {line})" if line else "" for _, _, line in requests])
     for w in _grouped_warnings(results):
         _warn(w)
+    if not as_json and sys.stdout.isatty():
+        from rich.console import Console
+
+        Console(soft_wrap=False).print(_predictions_table(results))
+        return
     for r in results:
         if as_json:
             d = r.to_dict()
@@ -189,6 +195,27 @@ def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: s
             click.echo(f"{r.config:<40} batch {r.local_batch_size:>5}  {r.iteration_ms:9.1f} ms "
                        f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]  {r.throughput_samples_per_s:10.1f} samples/s"
                        f"  {r.source}")
+
+
+def _predictions_table(results: Sequence[Any]) -> Any:
+    """`srifty predict`'s rows as a table for a terminal: each row's step and 5-95% interval, and
+    its two parts with where each came from (`--json`'s `parts`)."""
+    from rich.table import Table
+
+    t = Table(title="iteration time, its 5-95% interval, and its parts: where each came from", title_justify="left")
+    for col, just in [("config", "left"), ("batch", "right"), ("iter ms", "right"), ("5-95%", "right"),
+                      ("samples/s", "right"), ("compute ms", "right"), ("compute from", "left"),
+                      ("rest ms", "right"), ("network", "left")]:
+        t.add_column(col, justify=just, no_wrap=col in ("config", "compute from", "network"))
+    for r in results:
+        parts = r.to_dict()["parts"]
+        carried = f" ({', '.join(parts['compute_transfer'])})" if parts.get("compute_transfer") else ""
+        t.add_row(r.config, f"{r.local_batch_size:g}", f"{r.iteration_ms:,.1f}",
+                  "–".join(f"{ms:,.1f}" if ms < 100 else f"{ms:,.0f}" for ms in r.interval_ms),
+                  f"{r.throughput_samples_per_s:,.1f}",
+                  f"{parts['compute_ms']:,.1f}", parts["compute_source"] + carried,
+                  f"{parts['communication_ms']:,.1f}", parts["network_source"])
+    return t
 
 
 def _print_holdout(check: Any, as_json: bool) -> None:
