@@ -28,6 +28,13 @@ MIN_OVERLAP_RUNS = 6  # emulated multi-host training runs needed to fit the over
 MIN_SWEEP_BYTES = 256 * 1024  # below this, allreduces on CPU-throttled emulated hosts are mostly scheduler noise
 BULK_SWEEP_BYTES = 4 * 1024 * 1024  # sustained goodput: messages at least this large (DDP streams its buckets)
 MIN_RATE_POINTS = 3  # bulk sweep points a link rate needs for a goodput of its own
+# runs across one node count of a measured TCP type needed to fit that count's share of its network
+# (LinkScale.tcp_node_shares), the shares tried (quarter octaves), and how much a share must lower
+# those runs' median absolute log error to be kept: more than repeated measurements of one
+# configuration scatter (Pollux's noise floor, 4.9%: docs/ACCURACY.md); a smaller gain is noise
+MIN_NODE_COUNT_RUNS = 150
+NODE_SHARE_GRID = (0.5, 0.59, 0.71, 0.84, 1.19, 1.41, 1.68, 2.0)
+NODE_SHARE_MIN_GAIN = 0.05
 
 
 def _ring_terms(pts: Sequence[CollectivePoint]) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
@@ -314,6 +321,7 @@ class CommModel:
             self.link_scale_, self.score_, self.n_rows_ = LinkScale(**emu), None, 0
             return self
         one_node = [(j, r) for j, r in pairs if r.nodes == 1]
+        every = pairs
         rng = np.random.default_rng(0)
         if len(pairs) > self.max_rows:
             pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), self.max_rows, replace=False))]
@@ -323,9 +331,10 @@ class CommModel:
         self.score_, scale = min(((sim.median_log_error(s), s) for s in grid), key=lambda t: t[0])
         links = dict(self._fit_tcp_links(pairs, catalog, scale))
         links.update(dict(fit_tcp_allreduce(catalog, allreduce, scale)))  # an allreduce measures the link itself
-        self.link_scale_ = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu,
-                                     node_intra_efficiency=self._fit_node_intra(one_node, catalog, scale),
-                                     tcp_links=tuple(sorted(links.items())))
+        fitted = LinkScale(scale.inter_efficiency, scale.intra_efficiency, scale.latency_factor, **emu,
+                           node_intra_efficiency=self._fit_node_intra(one_node, catalog, scale),
+                           tcp_links=tuple(sorted(links.items())))
+        self.link_scale_ = replace(fitted, tcp_node_shares=self._fit_tcp_node_shares(every, catalog, fitted))
         self.n_rows_ = len(pairs)
         return self
 
@@ -361,6 +370,33 @@ class CommModel:
             hw = hardware_of(catalog, itype)
             pcie = hw.intra.gbytes_per_s * 8.0 * scale.intra_efficiency if hw.intra_kind == "pcie" else float("inf")
             out.append((itype, round(min(eff * hw.inter.gbytes_per_s * 8.0, pcie), 4)))
+        return tuple(out)
+
+    def _fit_tcp_node_shares(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",
+                             scale: LinkScale) -> tuple[tuple[str, int, float], ...]:
+        """Per measured TCP type and node count with at least MIN_NODE_COUNT_RUNS runs across that
+        many nodes of the type alone: the NODE_SHARE_GRID share of its network whose simulation of
+        those runs (a seeded sample of ``max_rows`` beyond it) has the least median absolute log
+        error, the other figures fixed (LinkScale.tcp_node_shares), kept where that error is
+        NODE_SHARE_MIN_GAIN or more below the type's figure's."""
+        import numpy as np
+
+        by_count: dict[tuple[str, int], list[tuple[JobProfile, Run]]] = {}
+        for j, r in pairs:
+            if r.nodes >= 2 and not r.mixed and scale.tcp_measured(r.instance_type):
+                by_count.setdefault((r.instance_type, r.nodes), []).append((j, r))
+        rng = np.random.default_rng(0)
+        out = []
+        for (itype, nodes), mine in sorted(by_count.items()):
+            if len(mine) < MIN_NODE_COUNT_RUNS:
+                continue
+            if len(mine) > self.max_rows:
+                mine = [mine[i] for i in sorted(rng.choice(len(mine), self.max_rows, replace=False))]
+            sim = RunSimulator(mine, catalog)
+            error, share = min((sim.median_log_error(replace(scale, tcp_node_shares=((itype, nodes, s),))), s)
+                               for s in NODE_SHARE_GRID)
+            if error <= sim.median_log_error(scale) - NODE_SHARE_MIN_GAIN:
+                out.append((itype, nodes, share))
         return tuple(out)
 
     def _fit_node_intra(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",

@@ -126,6 +126,13 @@ def prior_network_note(prior: Sequence[Hardware], low: float, high: float) -> st
             "model fitted with that profile in its corpus (`srifty fit`)")
 
 
+def node_share_note(instance_type: str, nodes: int, share: float) -> str:
+    """What a row across ``nodes`` nodes of ``instance_type`` is told where its network is taken
+    at ``share`` of the type's figure (LinkScale.tcp_node_shares)."""
+    return (f"{instance_type}'s network across {nodes} nodes is taken at x{share:.2f} of its fitted figure, as its "
+            f"measured runs across {nodes} nodes showed (latency-model.md, section 3, 'The network at each node count')")
+
+
 def loose_profile_note(model: str, instance_type: str, rel_ci: float) -> str:
     """The warning for a prediction built on a profile looser than LOOSE_PROFILE_CI."""
     return (f"{model}'s profile on {instance_type} knows its step time to ±{rel_ci:.0%} only (95% CI): "
@@ -590,6 +597,10 @@ class FeatureBuilder:
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
             intra = self.node_intra(config.groups[0].instance_type)
+        share = self.link_scale.tcp_node_share([g.instance_type for g in config.groups], len(wpn_all))
+        if share != 1.0:  # the type's network as measured across this many nodes (LinkScale.tcp_node_shares)
+            inter = Link(inter.gbytes_per_s * share, inter.latency_us / share)
+            notes.append(node_share_note(config.groups[0].instance_type, len(wpn_all), share))
         emulated = all(h.emulated for h in hws)
         if emulated and len(wpn_all) > 1:
             rates = [self.catalog.get(g.instance_type).emulation.bandwidth_mbit for g in config.groups

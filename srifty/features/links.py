@@ -90,12 +90,24 @@ class LinkScale:
     # multi-node runs or allreduces (CommModel). A type measured here keeps its fitted figures; any
     # other TCP type gets the prior of :meth:`tcp_gbps` and PCIe at its line rate.
     tcp_links: tuple[tuple[str, float], ...] = ()
+    # (type, nodes, share) of a measured TCP type whose rings across exactly that many nodes of it
+    # ran at ``share`` of its fitted network (bandwidth at share times its figure, each network
+    # hop's latency at 1/share), fitted on its runs at that node count where they are many enough
+    # (CommModel). A ring across any other number of nodes, or a mix of types, runs at 1.
+    tcp_node_shares: tuple[tuple[str, int, float], ...] = ()
     # whether the nodes sit in a cluster placement group (AWS: 10 Gbit/s per TCP flow, not 5)
     placement_group: bool = False
 
     def tcp_measured(self, name: str) -> bool:
         """Whether ``name``'s TCP network was measured (its own runs or allreduces)."""
         return any(t == name for t, _ in self.tcp_links)
+
+    def tcp_node_share(self, instance_types: Sequence[str], nodes: int) -> float:
+        """The share of its fitted network that a ring across ``nodes`` nodes of ``instance_types``
+        runs at (``tcp_node_shares``; 1 unless every node is of one type with a share there)."""
+        if len(set(instance_types)) != 1:
+            return 1.0
+        return next((s for t, n, s in self.tcp_node_shares if t == instance_types[0] and n == nodes), 1.0)
 
     def tcp_gbps(self, hw: Hardware) -> float:
         """Effective inter-node Gbit/s of a TCP (ENA) type: the instance's rate (the catalog's

@@ -97,7 +97,7 @@ def read_card(model_path: str | Path) -> dict[str, Any] | None:
 # re-fitted and the golden predictions written again (`make model`). A saved or cached model
 # whose card names another revision is stale. Edits that move no prediction (a comment, a
 # rename) change nothing.
-MODEL_REVISION = 20
+MODEL_REVISION = 21
 
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
@@ -178,6 +178,7 @@ def load(path: str | Path) -> Predictor:
         link["emulated_goodput_by_mbit"] = tuple(tuple(x) for x in link.get("emulated_goodput_by_mbit", ()))
         link["emulated_mixed_ring"] = tuple(link.get("emulated_mixed_ring", (1.0, 1.0)))
         link["tcp_links"] = tuple(tuple(x) for x in link.get("tcp_links", ()))
+        link["tcp_node_shares"] = tuple(tuple(x) for x in link.get("tcp_node_shares", ()))
         return Predictor(lm, LinkScale(**link), meta)
     except UnsupportedEstimator as exc:
         raise ModelError(f"{p}: {exc.message}", exc.hint) from None
