@@ -58,3 +58,13 @@ def no_orphans():
         assert not left, f"orphaned processes: {[p.info['cmdline'] for p in left]}"
 
     return check
+
+
+@pytest.fixture(scope="session")
+def quick_validation():
+    """``api.validate`` of the shipped corpora, quick (what `srifty validate --quick` computes), with
+    the progress lines it said: computed once for the tests that read it (about two minutes)."""
+    from srifty import api
+
+    lines: list[str] = []
+    return api.validate((), quick=True, say=lines.append), lines

@@ -40,13 +40,14 @@ def test_library_errors_name_the_configuration() -> None:
         api.predict([CNN], ["1xg5.xlarge", "1xg5.nope"], where=["", " (row 2)"])
 
 
-def test_validate_returns_every_check_of_the_report() -> None:
-    """api.validate on one real corpus, quick: the splits the report holds, and the checks that do
-    not depend on the corpus (compute across GPUs, the operator model) each as result objects."""
-    lines: list[str] = []
-    done = api.validate([str(PROFILES / "pollux")], quick=True, say=lines.append)
-    assert {r.split for r in done.report.results} == {"lomo-1gpu", "nodes>4"}
-    assert any(line.startswith("lomo-1gpu: holding out") for line in lines)
+def test_validate_returns_every_check_of_the_report(quick_validation) -> None:
+    """api.validate on the shipped corpora, quick: the splits the report holds for the real Pollux
+    corpus, and the checks that do not depend on the corpus (compute across GPUs, the operator
+    model) each as result objects."""
+    done, lines = quick_validation
+    assert {r.split for r in done.report.results if r.split.startswith("pollux/")} == \
+        {"pollux/lomo-1gpu", "pollux/nodes>4"}
+    assert any(line.startswith("pollux/lomo-1gpu: holding out") for line in lines)
     assert done.allreduce and done.gpu_transfer and done.batch_scaling
     # the examples' H200 profiles, and the corpus's one-GPU runs of the models profiles/cpu has
     by_gpu = Counter(c.pair.gpu for c in done.cpu_to_gpu.by_model)

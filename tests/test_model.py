@@ -1541,18 +1541,32 @@ def test_default_model_prefers_the_shipped_one_and_retrains_a_stale_cache(
     assert oracle.load_predictor(None, said.append) is not None and not trained
 
 
-def test_validate_quick_on_every_shipped_corpus(tmp_path: Path) -> None:
+def test_validate_quick_on_every_shipped_corpus(tmp_path: Path, monkeypatch, quick_validation) -> None:
     """`srifty validate --quick` (the CI subset): every shipped corpus gets its splits, each split
-    is scored on exactly the rows it should hold out, and the report is written."""
+    is scored on exactly the rows it should hold out, and the report is written. The command's
+    api.validate call (the shipped corpora, quick) is answered by the session's one computation of
+    it (conftest.quick_validation), which tests/test_api.py reads too."""
+    from srifty import api
     from srifty.features import load_corpus
     from srifty.comm import measured_allreduce
     from srifty.validate import METHODS, README_END, README_START, replicate_floor
 
+    done, lines = quick_validation
+    calls = []
+
+    def computed(corpora: Any, quick: bool, say: Any) -> Any:
+        calls.append((tuple(corpora), quick))
+        for line in lines:
+            say(line)
+        return done
+
+    monkeypatch.setattr(api, "validate", computed)
     out = tmp_path / "ACCURACY.md"
     readme = tmp_path / "README.md"
     readme.write_text(f"# intro\n\n{README_START}\nold figures\n{README_END}\n\n## after\n")
     res = CliRunner().invoke(_cli(), ["validate", "--quick", "--json", "--out", str(out), "--readme", str(readme)])
     assert res.exit_code == 0, res.stderr
+    assert calls == [((), True)] and "pollux/lomo-1gpu: holding out cifar10" in res.stderr
     splits = json.loads(res.stdout)["splits"]
     text = readme.read_text()  # the table between the markers is replaced, the rest kept
     assert text.startswith("# intro\n\n" + README_START) and text.endswith(README_END + "\n\n## after\n")
