@@ -323,8 +323,7 @@ class CommModel:
         one_node = [(j, r) for j, r in pairs if r.nodes == 1]
         every = pairs
         rng = np.random.default_rng(0)
-        if len(pairs) > self.max_rows:
-            pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), self.max_rows, replace=False))]
+        pairs = self._sampled(pairs, rng)
         grid = (LinkScale(*figures) for figures in itertools.product(self.inter_grid, self.intra_grid,
                                                                      self.latency_grid))
         sim = RunSimulator(pairs, catalog)
@@ -352,6 +351,12 @@ class CommModel:
         if any(r.backward_fraction != j.backward_fraction for r, j in zip(read, jobs)):
             self.fit(read, catalog, collectives, allreduce)
         return read
+
+    def _sampled(self, pairs: list[tuple[JobProfile, Run]], rng: "np.random.Generator") -> list[tuple[JobProfile, Run]]:
+        """``pairs``, or a sample of ``max_rows`` of them drawn with ``rng`` (in their order) beyond it."""
+        if len(pairs) <= self.max_rows:
+            return pairs
+        return [pairs[i] for i in sorted(rng.choice(len(pairs), self.max_rows, replace=False))]
 
     def _fit_tcp_links(self, pairs: Sequence[tuple[JobProfile, Run]], catalog: "Catalog",
                        scale: LinkScale) -> tuple[tuple[str, float], ...]:
@@ -390,9 +395,7 @@ class CommModel:
         for (itype, nodes), mine in sorted(by_count.items()):
             if len(mine) < MIN_NODE_COUNT_RUNS:
                 continue
-            if len(mine) > self.max_rows:
-                mine = [mine[i] for i in sorted(rng.choice(len(mine), self.max_rows, replace=False))]
-            sim = RunSimulator(mine, catalog)
+            sim = RunSimulator(self._sampled(mine, rng), catalog)
             error, share = min((sim.median_log_error(replace(scale, tcp_node_shares=((itype, nodes, s),))), s)
                                for s in NODE_SHARE_GRID)
             if error <= sim.median_log_error(scale) - NODE_SHARE_MIN_GAIN:
