@@ -66,9 +66,9 @@ def overlap_checked_note(job: "JobProfile") -> str:
     return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
             f"measured sync times ({fit.runs} runs{_derived_runs(fit)}) do not overturn DDP's usual overlap, which "
             f"misses them by x{math.exp(fit.default_error):.2f} ({fit.default_kept_because}): the prediction lets "
-            "backward hide the allreduce as DDP's buckets usually allow, and the interval still reaches the step "
-            "with none of it hidden (how far a model's overlap can differ from what its own runs show); `srifty "
-            "profile` of the training script records it")
+            "backward hide the allreduce as DDP's buckets usually allow, and the interval reaches as far as models "
+            "whose overlap nobody read were missed when held out; `srifty profile` of the training script "
+            "records it")
 
 
 def overlap_fitted_note(job: "JobProfile") -> str:
@@ -79,8 +79,8 @@ def overlap_fitted_note(job: "JobProfile") -> str:
             f"measured sync times show that backward hides little of its allreduce: the prediction lets the buckets "
             f"become ready in the last {fit.window:.0%} of its compute (fitted on {fit.runs} runs' sync "
             f"times{_derived_runs(fit)}, which DDP's usual overlap misses by x{math.exp(fit.default_error):.1f}), "
-            "and the interval reaches from the step at that usual overlap to the step with none of it hidden; "
-            "`srifty profile` of the training script records it")
+            "and the interval reaches down to the step at that usual overlap; `srifty profile` of the training "
+            "script records it")
 
 
 def gradient_estimated_note(grad_bytes: float) -> str:
@@ -680,8 +680,10 @@ class FeatureBuilder:
                 # when the gradients become ready is not recorded (an imported trace): backward may
                 # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
                 # weight gradients, say, are all ready when its backward ends): the step alone, then
-                # every bucket's allreduce in turn
-                step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
+                # every bucket's allreduce in turn. Not where the job's own sync times were read
+                # (a window, or the default confirmed): they measured how much backward hides
+                if self.job.overlap_fit is None and self.job.overlap_check is None:
+                    step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
                 if not overlap_unknown:
                     # a window read off a few sync times may be wrong down to DDP's usual overlap
                     usual = self.simulated(config, layout, inter, window=simulate.DEFAULT_BACKWARD_FRACTION)

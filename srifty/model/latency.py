@@ -435,24 +435,26 @@ class LatencyModel:
 
         return ~np.isfinite(np.asarray(X["log_grad_mb"], dtype=float)) & (np.asarray(X["world_size"], dtype=float) > 1)
 
-    def held_out_bounds(self, X: "pd.DataFrame", residual: "np.ndarray | None" = None) -> "np.ndarray":
+    def held_out_bounds(self, X: "pd.DataFrame", residual: "np.ndarray | None" = None,
+                        unread: bool = True) -> "np.ndarray":
         """(low, high) log error per row that the interval spans at least about the centre: how far
         the centre missed groups held out of the fit (ResidualPart.held_out_error), in the row's bin
         of predicted share beyond compute (no narrower there than ±BIN_MIN_HALF_WIDTH, the scatter
         of repeated measurements) or pooled where its bin has none or its compute is unknown; the
-        unread variant for a row whose overlap nobody read. NaN where the row's regime has none.
-        ``residual``: :meth:`residual` of X, where the caller has it."""
+        unread variant for a row whose overlap nobody read (``unread``: False, the read one for every
+        row). NaN where the row's regime has none. ``residual``: :meth:`residual` of X, where the
+        caller has it."""
         import numpy as np
 
         self._check_X(X)
         out = np.full((len(X), 2), np.nan)
         bins = self._share_bin(self._compute_share(X), self.residual(X) if residual is None else residual)
-        unread = flagged(X, "overlap_unknown")
+        unread_rows = flagged(X, "overlap_unknown") & unread
         for _, m, part in self._each(X):
             if part is None or part.held_out_error is None:
                 continue
             for rows, pooled, by_share in ((m, part.held_out_error, part.held_out_error_by_share),
-                                           (m & unread, part.held_out_error_unread,
+                                           (m & unread_rows, part.held_out_error_unread,
                                             part.held_out_error_unread_by_share)):
                 if pooled is None:
                     continue
@@ -469,23 +471,28 @@ class LatencyModel:
 
         self._check_X(X)  # raises on a table that is not the model's
         center = self.residual(X)
-        lo, hi = center - NO_RESIDUAL_HALF_WIDTH, center + NO_RESIDUAL_HALF_WIDTH
-        held_out = self.held_out_bounds(X, center)  # no narrower than the error on unseen models
+        # no narrower than the error on unseen models: each row's (the unread one where nobody read
+        # its overlap), and the read one, which the step's bounds below complete for such a row
+        unread = flagged(X, "overlap_unknown")
+        held_out = self.held_out_bounds(X, center)
+        held_read = self.held_out_bounds(X, center, unread=False) if unread.any() else held_out
+        # the upper end twice (row 0 with each row's held-out error, row 1 with the read one)
+        lo, hi = center - NO_RESIDUAL_HALF_WIDTH, np.vstack([center, center]) + NO_RESIDUAL_HALF_WIDTH
         for name, m, part in self._each(X):
             if part is not None:
                 Am = self._A(X, name, m)
                 trend = self._trend(Am, part.trend)
                 lo[m] = np.minimum(trend + part.lower.predict(Am), center[m])
-                hi[m] = np.maximum(trend + part.upper.predict(Am), center[m])
+                hi[:, m] = np.maximum(trend + part.upper.predict(Am), center[m])
                 if part.held_out_error is not None:
                     lo[m] = np.minimum(lo[m], center[m] + held_out[m, 0])
-                    hi[m] = np.maximum(hi[m], center[m] + held_out[m, 1])
+                    hi[:, m] = np.maximum(hi[:, m], center[m] + np.vstack([held_out[m, 1], held_read[m, 1]]))
                 blind = m & self.communication_unknown(X)
                 if part.multi_worker_slowdown is not None and blind.any():
                     # no gradient size, so sim_ms is the compute alone: anywhere from there to
                     # the slowdowns the training corpus's multi-worker runs reached
                     lo[blind] = np.minimum(lo[blind], part.multi_worker_slowdown[0])
-                    hi[blind] = np.maximum(hi[blind], part.multi_worker_slowdown[1])
+                    hi[:, blind] = np.maximum(hi[:, blind], part.multi_worker_slowdown[1])
         # one worker on a profiled type: the estimate is the type's compute curve (Predictor.predict,
         # ModelOracle), no residual, so none of the residual's interval: only the curve's own
         # bounds below. A transferred one keeps the residual's widened interval: the transfer
@@ -518,9 +525,17 @@ class LatencyModel:
             # at this batch, ComputeCurve.bounds, a point where measured and wide outside the
             # profiled batches; a network nobody measured at half and twice its prior; the step
             # with none of the allreduce hidden where a profile does not say when its gradients are
-            # ready), whatever the residual's error: in quadrature
+            # ready), whatever the residual's error: in quadrature. Where nobody read the overlap the
+            # unread held-out error already holds how far such a model's overlap missed, as the
+            # reach to none of the allreduce hidden does: the wider of that error alone and the
+            # read one with the step's bounds, not both (the one uncertainty counted twice)
             lo = center - np.hypot(center - lo, np.log(np.minimum(np.asarray(X["batch_low"], dtype=float), 1.0)))
-            hi = center + np.hypot(hi - center, np.log(np.maximum(np.asarray(X["batch_high"], dtype=float), 1.0)))
+            reach = np.log(np.maximum(np.asarray(X["batch_high"], dtype=float), 1.0))
+            hi = np.vstack([center + np.hypot(hi[0] - center, reach),
+                            np.maximum(hi[0], center + np.hypot(hi[1] - center, reach))])
+            hi = np.where(unread, hi[1], hi[0])
+        else:
+            hi = hi[0]
         sim = np.asarray(X["sim_ms"], dtype=float)
         # a data-parallel step is never shorter than its slowest worker's compute alone: on a real
         # cluster, where that compute was measured on the type (not transferred), the interval starts
