@@ -66,9 +66,8 @@ def overlap_checked_note(job: "JobProfile") -> str:
     return (f"the profile does not record when {job.model}'s gradients become ready (an imported trace), and its "
             f"measured sync times ({fit.runs} runs{_derived_runs(fit)}) do not overturn DDP's usual overlap, which "
             f"misses them by x{math.exp(fit.default_error):.2f} ({fit.default_kept_because}): the prediction lets "
-            "backward hide the allreduce as DDP's buckets usually allow, and the interval reaches as far as models "
-            "whose overlap nobody read were missed when held out; `srifty profile` of the training script "
-            "records it")
+            "backward hide the allreduce as DDP's buckets usually allow, with the interval of a model whose overlap "
+            "was read; `srifty profile` of the training script records it")
 
 
 def overlap_fitted_note(job: "JobProfile") -> str:
@@ -157,7 +156,8 @@ class RowEstimate:
     # timeline (the feature table's batch_low/batch_high)
     step_bounds: tuple[float, float] = (1.0, 1.0)
     # several workers of a job that neither records when its gradients become ready nor had that
-    # read off its sync times (srifty.features.overlap): the feature table's overlap_unknown
+    # read off its sync times, as a window or DDP's usual overlap confirmed (srifty.features.overlap):
+    # the feature table's overlap_unknown
     overlap_unknown: bool = False
     # how the workers' compute that was not profiled on their type was carried there
     # (:data:`COMPUTE_TRANSFERS`, each once, sorted); "spec-speed" among them is the feature table's
@@ -675,21 +675,22 @@ class FeatureBuilder:
                 # emulated hosts, has no tree): the step could be as fast as with the tree
                 step_low *= self.simulated(config, layout, inter, tree=True).iteration_ms / sim.iteration_ms
             ready_unknown = self.job.ready_fractions is None and sum(wpn_all) > 1
-            overlap_unknown = ready_unknown and self.job.overlap_fit is None
+            read, checked = self.job.overlap_fit is not None, self.job.overlap_check is not None
+            # the job's own sync times (stated or derived) measured how much backward hides where
+            # they were read: a window, or DDP's usual overlap confirmed
+            overlap_unknown = ready_unknown and not read and not checked
+            if overlap_unknown:
+                # when the gradients become ready is neither recorded (an imported trace) nor read:
+                # backward may hide the allreduce as the simulator assumes, or none of it (a
+                # recurrent layer's weight gradients, say, are all ready when its backward ends):
+                # the step alone, then every bucket's allreduce in turn
+                step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
+            if ready_unknown and read:
+                # a window read off a few sync times may be wrong down to DDP's usual overlap
+                usual = self.simulated(config, layout, inter, window=simulate.DEFAULT_BACKWARD_FRACTION)
+                step_low *= min(usual.iteration_ms / sim.iteration_ms, 1.0)
             if ready_unknown:
-                # when the gradients become ready is not recorded (an imported trace): backward may
-                # hide the allreduce as the simulator assumes, or none of it (a recurrent layer's
-                # weight gradients, say, are all ready when its backward ends): the step alone, then
-                # every bucket's allreduce in turn. Not where the job's own sync times were read
-                # (a window, or the default confirmed): they measured how much backward hides
-                if self.job.overlap_fit is None and self.job.overlap_check is None:
-                    step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
-                if not overlap_unknown:
-                    # a window read off a few sync times may be wrong down to DDP's usual overlap
-                    usual = self.simulated(config, layout, inter, window=simulate.DEFAULT_BACKWARD_FRACTION)
-                    step_low *= min(usual.iteration_ms / sim.iteration_ms, 1.0)
-                note = (overlap_fitted_note(self.job) if not overlap_unknown
-                        else overlap_checked_note(self.job) if self.job.overlap_check is not None
+                note = (overlap_fitted_note(self.job) if read else overlap_checked_note(self.job) if checked
                         else READY_UNKNOWN_NOTE)
                 if note not in notes:
                     notes.append(note)

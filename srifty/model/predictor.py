@@ -238,11 +238,11 @@ def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: Row
     if config.world_size < 2 or not builder.grad_bytes:
         return "none"
     if estimate.overlap_unknown:
-        return "default-checked" if builder.job.overlap_check is not None else "default"
+        return "default"
     fit = builder.job.overlap_fit
-    if fit is None:
-        return "recorded"
-    return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"
+    if fit is not None:
+        return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"
+    return "default-checked" if builder.job.overlap_check is not None else "recorded"
 
 
 def gradient_source(builder: FeatureBuilder, config: ClusterConfig) -> str:
