@@ -831,6 +831,34 @@ def model_file(pollux_jobs: list[Any], tmp_path_factory: pytest.TempPathFactory)
     return out
 
 
+def test_a_cluster_larger_than_any_trained_on_is_carried_by_the_trend_not_widened(
+        model_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond the largest cluster in training (16 nodes of the Pollux trace) the residual's trend in
+    log(nodes) carries the figure: outside the training range in the node count alone, the interval
+    is as it would be inside, and the warning says so; outside it in the world size too (the trees
+    read it, flat beyond the range), the interval is widened."""
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import load_job
+    from srifty.model import latency
+
+    pred, cat = m.load(model_file), Catalog.default()
+    job = load_job(ROOT / "profiles/pollux/imagenet")
+    rows = [(parse_config(c).resolved(cat), 32) for c in ("32xg4dn.12xlarge:1", "32xg4dn.12xlarge:4")]
+    X = pred.builder(job, cat).frame(rows)
+    assert pred.latency.out_of_range(X) == [["nodes"], ["nodes", "world_size"]]
+    lo, hi = pred.latency.predict_interval(X)
+    monkeypatch.setattr(latency, "TREND_FEATURES", ())  # every feature outside widens, as before
+    lo_w, hi_w = pred.latency.predict_interval(X)
+    assert hi[0] < hi_w[0] * 0.95 and lo[0] >= lo_w[0]  # nodes alone: not widened
+    assert (hi[1], lo[1]) == (hi_w[1], lo_w[1])  # the world size too: widened either way
+    monkeypatch.undo()
+    notes = [p.warnings for p in pred.predict(job, cat, rows)]
+    assert any("far outside the training data (nodes): the residual's trend in cluster size" in w for w in notes[0])
+    assert any("(nodes, world_size): the interval is widened" in w for w in notes[1])
+
+
 def test_a_loose_profile_widens_the_interval_and_says_so(model_file: Path, emu_catalog: Any) -> None:
     from srifty import model as m
     from srifty.configspec import parse_config

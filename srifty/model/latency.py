@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TREND_ALPHA = 1.0  # HuberRegressor's L2 penalty on the log(nodes) slope of the residual
 EXTRAPOLATION_WIDEN = 2.0  # interval half-width (in log space) multiplier outside the training range
+# outside the training range in these alone, a row's interval is not widened: the residual's trend in
+# log(nodes) carries the residual beyond the largest cluster seen (ResidualPart.trend), where trees are flat
+TREND_FEATURES = ("nodes",)
 
 
 class ModelError(SriftyError):
@@ -505,7 +508,7 @@ class LatencyModel:
         # compute from a type with the same GPU board is not carried by a speed ratio: none of a
         # transfer's spread below (nor is it outside the training range for it: out_of_range)
         same_gpu = flagged(X, "same_gpu_transfer")
-        outside = np.array([bool(x) for x in self.out_of_range(X)]) & ~single
+        outside = np.array([any(f not in TREND_FEATURES for f in x) for x in self.out_of_range(X)]) & ~single
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
         hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
