@@ -63,7 +63,7 @@ def no_orphans():
 @pytest.fixture(scope="session")
 def quick_validation():
     """``api.validate`` of the shipped corpora, quick (what `srifty validate --quick` computes), with
-    the progress lines it said: computed once for the tests that read it (about two minutes)."""
+    the progress lines it said: computed once for the tests that read it."""
     from srifty import api
 
     lines: list[str] = []

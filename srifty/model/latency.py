@@ -508,7 +508,7 @@ class LatencyModel:
         # compute from a type with the same GPU board is not carried by a speed ratio: none of a
         # transfer's spread below (nor is it outside the training range for it: out_of_range)
         same_gpu = flagged(X, "same_gpu_transfer")
-        outside = np.array([any(f not in TREND_FEATURES for f in x) for x in self.out_of_range(X)]) & ~single
+        outside = np.array([widens(x) for x in self.out_of_range(X)]) & ~single
         widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
         lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
         hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
@@ -551,6 +551,13 @@ class LatencyModel:
                            & (np.asarray(X["emulated"], dtype=float) == 0))
             lo = np.where(on_measured, np.maximum(lo, np.minimum(floor, center)), lo)
         return sim * np.exp(lo), sim * np.exp(hi)
+
+
+def widens(outside: Sequence[str]) -> bool:
+    """Whether a row outside the training range in the features ``outside`` (a row of
+    :meth:`LatencyModel.out_of_range`) has its interval widened: not where they are all
+    TREND_FEATURES, which the residual's trend carries."""
+    return any(f not in TREND_FEATURES for f in outside)
 
 
 def flagged(X: "pd.DataFrame", column: str) -> "np.ndarray":

@@ -22,7 +22,7 @@ from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
                              RowEstimate, with_fitted_overlap)
-from srifty.model.latency import TREND_FEATURES, UNCALIBRATED_NOTE, LatencyModel, ModelError
+from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError, widens
 from srifty.model.table import table_for, unread_overlap_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -152,9 +152,8 @@ class Predictor:
                 if outside and (config.world_size > 1 or est.transferred):
                     warnings.append(
                         "far outside the training data (" + ", ".join(outside) + "): " +
-                        ("the residual's trend in cluster size carries the figure there"
-                         if all(f in TREND_FEATURES for f in outside)
-                         else "the interval is widened; treat the figure as a rough estimate"))
+                        ("the interval is widened; treat the figure as a rough estimate" if widens(outside)
+                         else "the residual's trend in cluster size carries the figure there"))
                 if uncalibrated[i]:
                     warnings.append(UNCALIBRATED_NOTE)
             out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
