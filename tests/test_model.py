@@ -1128,18 +1128,22 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     """A CSV of many rows gets each distinct warning once, naming the rows it concerns, not once per row."""
     csv_path = tmp_path / "configs.csv"
     csv_path.write_text("config,local_batch_size\n2xg4dn.12xlarge,32\n4xg4dn.12xlarge,32\n4xg4dn.12xlarge,64\n"
-                        "2xg5.xlarge,32\n2xg6.xlarge,32\n2xg4dn.xlarge,32\n2xg5.2xlarge,32\n")
+                        "2xg5.xlarge,32\n2xg6.xlarge,32\n2xg4dn.xlarge,32\n2xg5.2xlarge,32\n"
+                        "2xg6.2xlarge,32\n")
     res = _predict("--profile", str(POLLUX / "imagenet"), "--configs", str(csv_path), "--model", str(model_file))
     assert res.exit_code == 0, res.stderr
-    assert len(res.stdout.strip().splitlines()) == 7
+    assert len(res.stdout.strip().splitlines()) == 8
     warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ") and "catalog snapshot" not in line]
     assert len(warnings) == len(set(warnings))
     # every row is an imported trace's: its ready-time warning is one line for all seven
     ready = [w for w in warnings if "gradients become ready" in w]
-    assert ready == [next(w for w in ready)] and ready[0].startswith("warning: every row (7): ")
-    # the four rows of one-GPU types share the unknown intra-node bandwidth: three named, one counted
-    intra = [w for w in warnings if "intra-node bandwidth unknown" in w]
-    assert len(intra) == 1 and intra[0].count(" at batch ") == 3 and " and 1 more row(s): " in intra[0]
+    assert ready == [next(w for w in ready)] and ready[0].startswith("warning: every row (8): ")
+    # the four rows of one-GPU types with a spec-ratio compute share how far outside the training
+    # data they lie: three named, one counted
+    outside = [w for w in warnings if "far outside the training data" in w and "transferred" in w]
+    assert len(outside) == 1 and outside[0].count(" at batch ") == 3 and " and 1 more row(s): " in outside[0]
+    # rows of one-GPU types, whose unstated intra-node link never holds their ring back, are not told of it
+    assert not any("intra-node" in w for w in warnings)
     # a warning that names its type stays with that type's row alone
     prior = [w for w in warnings if "the network between g5.xlarge nodes was never measured" in w]
     assert len(prior) == 1 and prior[0].startswith("warning: 2xg5.xlarge:1 at batch 32: the network")
@@ -2121,6 +2125,50 @@ def test_an_efa_network_nobody_measured_may_be_as_slow_as_tcp() -> None:
     # the measured type's PCIe share is fitted: no note that its line rate was taken
     assert not any("line rate" in w for w in measured["warnings"])
     assert any("PCIe Gen3 x16 line rate" in w for w in metal_row["warnings"])
+
+
+def test_an_intra_node_link_no_source_states_spans_the_interval() -> None:
+    """g5.12xlarge's catalog row says 'PCIe', without a generation or a rate: a ring within one
+    node of it takes the 10 GB/s prior, and the step's bounds reach the step at half that rate and
+    with a link that never holds the ring back, as the row's note says. A type whose link is
+    stated (g4dn.12xlarge, PCIe Gen3) has none of that spread, and neither has a ring across
+    one-GPU nodes, which the network holds back long before the unstated link would."""
+    from dataclasses import replace
+
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run, hardware_of
+
+    cat = Catalog.default()
+    job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 40.0)], param_count=25_000_000)
+    assert not hardware_of(cat, "g5.12xlarge").intra_stated and hardware_of(cat, "g4dn.12xlarge").intra_stated
+
+    def estimate(config: str, stated: bool = False) -> Any:
+        fb = FeatureBuilder(job, cat)
+        if stated:  # the same figure, as if a source stated it
+            fb._hw["g5.12xlarge"] = replace(fb.hardware("g5.12xlarge"), intra_stated=True)
+        return fb.estimate(parse_config(config).resolved(cat), 64)
+
+    unstated, stated = estimate("1xg5.12xlarge"), estimate("1xg5.12xlarge", stated=True)
+    (note,) = [n for n in unstated.notes if "states the intra-node link" in n]
+    assert note.startswith("g5.12xlarge: ") and "as PCIe at 10 GB/s" in note
+    assert not any("states the intra-node link" in n for n in stated.notes)
+    low, high = (float(x) for x in re.search(r"spans x([0-9.]+) to x([0-9.]+) of the step", note).groups())
+    assert unstated.sim_ms == stated.sim_ms and low < 0.9 and high > 1.1
+    fb = FeatureBuilder(job, cat)
+    config = parse_config("1xg5.12xlarge").resolved(cat)
+    layout = fb.workers(config, 64)
+
+    def step_at(gbytes_per_s: float) -> float:
+        return fb.simulated(config, replace(layout, intra=Link(gbytes_per_s, layout.intra.latency_us)),
+                            layout.inter).iteration_ms / unstated.sim_ms
+
+    assert (low, high) == (pytest.approx(step_at(1e6), abs=5e-3), pytest.approx(step_at(layout.intra.gbytes_per_s / 2),
+                                                                                abs=5e-3))
+    assert unstated.step_bounds[0] == pytest.approx(stated.step_bounds[0] * step_at(1e6))
+    assert unstated.step_bounds[1] == pytest.approx(stated.step_bounds[1] * step_at(layout.intra.gbytes_per_s / 2))
+    for config in ("1xg4dn.12xlarge", "2xg5.xlarge"):
+        assert not any("states the intra-node link" in n for n in estimate(config).notes)
 
 
 def replace_pg(scale):

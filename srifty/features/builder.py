@@ -12,7 +12,7 @@ from srifty import simulate
 from srifty.configspec import ClusterConfig
 from srifty.errors import SriftyError
 from srifty.opmodel import GpuStepModel, StepTerms, shipped_step_model
-from srifty.features.hardware import Hardware, both_measured, hardware_of, transfer_speeds
+from srifty.features.hardware import DEFAULT_INTRA_GBYTES_PER_S, Hardware, both_measured, hardware_of, transfer_speeds
 from srifty.features.job import LOOSE_PROFILE_CI, ComputeCurve, JobProfile, _bytes_per_param
 from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.simulate import Link
@@ -104,6 +104,12 @@ RESIDUAL_FEATURES = [
 REGIME_FEATURES = {"real": RESIDUAL_FEATURES, "emulated": RESIDUAL_FEATURES + ["cpu_load"]}
 
 
+# how much an assumption has to move the simulated step before a row is told about it (0.5%)
+MOVES_THE_STEP = 0.005
+# an intra-node link that never holds a ring back (GB/s): the fast end of one no source states
+UNBOUNDED_GBYTES_PER_S = 1e6
+
+
 def readable_ms(ms: float) -> str:
     """A time in a note: whole milliseconds from 100 up, three significant figures below; never in
     exponent form (1,166, not 1.17e+03)."""
@@ -123,6 +129,18 @@ def prior_network_note(prior: Sequence[Hardware], low: float, high: float) -> st
             + (" (down to TCP's prior, which NCCL runs over without the EFA plugin)" if "efa" in kinds else "")
             + "; `srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, for a "
             "model fitted with that profile in its corpus (`srifty fit`)")
+
+
+def intra_unstated_note(unstated: Sequence[Hardware], low: float, high: float) -> str:
+    """What a row is told whose step depends on the intra-node link of ``unstated`` (types whose
+    link no source states and nobody measured): how far the interval spans for it (``low``..``high``
+    of the step)."""
+    names = ", ".join(dict.fromkeys(h.name for h in unstated))
+    return (f"{names}: no source srifty ships states the intra-node link (docs/catalog.md), so it is taken "
+            f"as PCIe at {DEFAULT_INTRA_GBYTES_PER_S:g} GB/s, and the interval spans x{low:.2f} to x{high:.2f} of the step for it (from "
+            "half that rate to a link that never holds the ring back); `srifty profile --collectives --backend ec2 "
+            "--nodes 2 --instance-types TYPE` measures it, for a model fitted with that profile in its corpus "
+            "(`srifty fit`)")
 
 
 def node_share_note(instance_type: str, nodes: int, share: float) -> str:
@@ -709,6 +727,20 @@ class FeatureBuilder:
                 note = prior_network_note(prior, net_low, net_high)
                 if note not in notes:
                     notes.append(note)
+            unstated = [h for h in hws if not h.intra_stated and not self.link_scale.tcp_measured(h.name)]
+            if unstated and sum(wpn_all) > 1:
+                # no source states the intra-node link, nor was it measured: from half the rate it is
+                # taken at to a link that never holds the ring back, where that moves the step
+                def with_intra(gbytes_per_s: float) -> float:
+                    return self.simulated(config, replace(layout, intra=Link(gbytes_per_s, intra.latency_us)),
+                                          inter).iteration_ms / sim.iteration_ms
+                intra_high = with_intra(intra.gbytes_per_s / PRIOR_NETWORK_SPREAD)
+                if intra_high > 1.0 + MOVES_THE_STEP:
+                    intra_low = with_intra(UNBOUNDED_GBYTES_PER_S)
+                    step_low, step_high = step_low * intra_low, step_high * intra_high
+                    note = intra_unstated_note(unstated, intra_low, intra_high)
+                    if note not in notes:
+                        notes.append(note)
             if self.grad_bytes_estimated and sum(wpn_all) > 1:
                 notes.append(gradient_estimated_note(gb))
         else:

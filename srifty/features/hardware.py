@@ -48,6 +48,10 @@ class Hardware:
     tf32_tflops: float | None = None
     fp16_tflops: float | None = None  # FP16/BF16 tensor cores, dense
     intra_kind: str = "pcie"  # "nvlink" (NVLink/NVSwitch) or "pcie": see hardware_of
+    # False where no source states the intra-node link (neither its rate nor its PCIe generation):
+    # ``intra`` is then DEFAULT_INTRA_GBYTES_PER_S, and a step that depends on it says so
+    # (FeatureBuilder.estimate)
+    intra_stated: bool = True
     inter_kind: str = "tcp"  # "efa" or "tcp" (ENA); emulated hosts: "tbf"
     # measured factors on the spec speed, per FLOPS figure ("fp16", "tf32", "fp32"): srifty.gpuspeed
     speed_factors: tuple[tuple[str, float], ...] = ()
@@ -131,14 +135,17 @@ def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
     return sa * a.speed_factor(precision, conv_share), sb * b.speed_factor(precision, conv_share)
 
 
-def _intra_bandwidth(link_text: str, stated: float | None) -> tuple[float, str | None]:
+def _intra_bandwidth(name: str, link_text: str, stated: float | None) -> tuple[float, str | None]:
+    """GB/s of ``name``'s intra-node link, and the note that says where it comes from (None where
+    the catalog states it; the note of an unstated link is FeatureBuilder.estimate's, where it
+    moves the step)."""
     if stated:
         return float(stated), None
     m = re.search(r"pcie\s*gen\s*(\d)", link_text or "", re.I)
     if m and f"gen{m.group(1)}" in PCIE_GBYTES_PER_S:
         return (PCIE_GBYTES_PER_S[f"gen{m.group(1)}"],
-                f"{INTRA_BANDWIDTH_NOTE} from the PCIe Gen{m.group(1)} x16 line rate")
-    return DEFAULT_INTRA_GBYTES_PER_S, f"{INTRA_BANDWIDTH_NOTE} unknown: assumed {DEFAULT_INTRA_GBYTES_PER_S} GB/s"
+                f"{name}: {INTRA_BANDWIDTH_NOTE} from the PCIe Gen{m.group(1)} x16 line rate")
+    return DEFAULT_INTRA_GBYTES_PER_S, None
 
 
 @lru_cache(maxsize=1)
@@ -164,7 +171,8 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
         return Hardware(it.name, it.workers_per_node, Link(EMULATED_INTRA_GBYTES_PER_S, INTRA_LATENCY_US),
                         Link(e.bandwidth_mbit / 8000.0, e.latency_ms * 1e3), None, None, e.cpu_share, emulated=True,
                         inter_kind="tbf")
-    intra_bw, note = _intra_bandwidth(it.intra_node_link, it.intra_node_bandwidth_gbytes_per_s)
+    intra_bw, note = _intra_bandwidth(it.name, it.intra_node_link, it.intra_node_bandwidth_gbytes_per_s)
+    intra_stated = bool(it.intra_node_bandwidth_gbytes_per_s) or note is not None
     if note:
         notes.append(note)
     gbps = it.network_gbps or it.network_up_to_gbps
@@ -187,4 +195,5 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
                     conv_speed_factors=tuple((c.flops, c.conv_factor) for c in catalog.speed_corrections
                                              if c.gpu_name == it.gpu_name) if spec else (),
                     intra_kind="nvlink" if re.match(r"\s*(nvlink|nvswitch)", it.intra_node_link or "", re.I) else "pcie",
+                    intra_stated=intra_stated,
                     inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp")

@@ -193,7 +193,7 @@ class LinkScale:
             inter = Link(self.tcp_gbps(hw) / 8.0, hw.inter.latency_us * self.latency_factor)
         notes = hw.notes
         if hw.intra_kind == "pcie" and self.tcp_measured(hw.name):  # the PCIe share is fitted on the type
-            notes = tuple(n for n in notes if not n.startswith(INTRA_BANDWIDTH_NOTE))
+            notes = tuple(n for n in notes if not n.startswith(f"{hw.name}: {INTRA_BANDWIDTH_NOTE}"))
         return replace(hw, intra=Link(hw.intra.gbytes_per_s * intra_eff, hw.intra.latency_us * intra_lat),
                        inter=inter, notes=notes)
 
