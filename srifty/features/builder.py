@@ -137,10 +137,10 @@ def intra_unstated_note(unstated: Sequence[Hardware], low: float, high: float) -
     of the step)."""
     names = ", ".join(dict.fromkeys(h.name for h in unstated))
     return (f"{names}: no source srifty ships states the intra-node link (docs/catalog.md), so it is taken "
-            f"as PCIe at {DEFAULT_INTRA_GBYTES_PER_S:g} GB/s, and the interval spans x{low:.2f} to x{high:.2f} of the step for it (from "
-            "half that rate to a link that never holds the ring back); `srifty profile --collectives --backend ec2 "
-            "--nodes 2 --instance-types TYPE` measures it, for a model fitted with that profile in its corpus "
-            "(`srifty fit`)")
+            f"as PCIe at {DEFAULT_INTRA_GBYTES_PER_S:g} GB/s, and the interval spans x{low:.2f} to x{high:.2f} of "
+            "the step for it (from half that rate to a link that never holds the ring back); `srifty profile "
+            "--collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, for a model fitted with "
+            "that profile in its corpus (`srifty fit`)")
 
 
 def node_share_note(instance_type: str, nodes: int, share: float) -> str:
