@@ -136,11 +136,11 @@ def intra_unstated_note(unstated: Sequence[Hardware], low: float, high: float) -
     link no source states and nobody measured): how far the interval spans for it (``low``..``high``
     of the step)."""
     names = ", ".join(dict.fromkeys(h.name for h in unstated))
-    return (f"{names}: no source srifty ships states the intra-node link (docs/catalog.md), so it is taken "
-            f"as PCIe at {DEFAULT_INTRA_GBYTES_PER_S:g} GB/s, and the interval spans x{low:.2f} to x{high:.2f} of "
-            "the step for it (from half that rate to a link that never holds the ring back); `srifty profile "
-            "--collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, for a model fitted with "
-            "that profile in its corpus (`srifty fit`)")
+    return (f"{names}: no source srifty ships states the intra-node link (latency-model.md, section 3), so it "
+            f"is taken as PCIe at {DEFAULT_INTRA_GBYTES_PER_S:g} GB/s, and the interval spans x{low:.2f} to "
+            f"x{high:.2f} of the step for it (from half that rate to a link that never holds the ring back); "
+            "`srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, for a model "
+            "fitted with that profile in its corpus (`srifty fit`)")
 
 
 def node_share_note(instance_type: str, nodes: int, share: float) -> str:
@@ -727,10 +727,12 @@ class FeatureBuilder:
                 note = prior_network_note(prior, net_low, net_high)
                 if note not in notes:
                     notes.append(note)
-            unstated = [h for h in hws if not h.intra_stated and not self.link_scale.tcp_measured(h.name)]
+            # the ring's intra-node link (the slowest of its types') where no source states it, nor was
+            # it measured: from half the rate it is taken at to a link that never holds the ring back,
+            # where that moves the step
+            unstated = [h for h in hws if not h.intra_stated and not self.link_scale.tcp_measured(h.name)
+                        and (len(hws) == 1 or h.intra.gbytes_per_s <= intra.gbytes_per_s)]
             if unstated and sum(wpn_all) > 1:
-                # no source states the intra-node link, nor was it measured: from half the rate it is
-                # taken at to a link that never holds the ring back, where that moves the step
                 def with_intra(gbytes_per_s: float) -> float:
                     return self.simulated(config, replace(layout, intra=Link(gbytes_per_s, intra.latency_us)),
                                           inter).iteration_ms / sim.iteration_ms
