@@ -500,3 +500,41 @@ def test_only_batches_outside_the_profiled_ones_are_called_extrapolated() -> Non
     assert at.returncode == 0 and beyond.returncode == 0, at.stderr + beyond.stderr
     assert "lie outside the batch" not in at.stderr
     assert "per-worker batches 64-64 (on 1 instance type) lie outside the batch 32 profiled on local" in beyond.stderr
+
+
+def test_recommend_says_what_would_measure_a_network_nobody_measured(tmp_path) -> None:
+    """A model profiled on one g5.12xlarge (its compute measured), whose best configuration spans
+    nodes of it: g5.12xlarge's network is a prior, so the advice is the collectives sweep across
+    two of them, priced as `srifty profile --collectives --dry-run` prices it, and the refit that
+    puts it to use; in a placement group the sweep runs in one. A configuration whose compute and
+    network were both measured (the Pollux trace's g4dn.12xlarge) gets no advice."""
+    from srifty.profiling.ec2 import billed_hours
+    from srifty.profiling.launcher import ProfileRequest
+
+    trace = tmp_path / "g5.csv"
+    trace.write_text("model,instance_type,placement,local_batch_size,step_time_s,sync_time_s,param_count\n"
+                     "bertish,g5.12xlarge,1,32,0.20,,110000000\nbertish,g5.12xlarge,4,32,0.26,,110000000\n")
+    assert run_srifty("import", str(trace), "--out", str(tmp_path / "lib")).returncode == 0
+    profile = str(tmp_path / "lib" / "bertish")
+    hours = billed_hours(ProfileRequest(script=None, collectives=True, nodes=2))
+    price = Catalog.default().ondemand_price("g5.12xlarge")
+    for extra in ([], ["--placement-group"]):
+        res = run_srifty("recommend", "--profile", profile, "--budget", "30", "--instance-types", "g5.12xlarge",
+                         "--top", "3", "--json", *extra)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        chosen, advice = doc["recommendations"][0], doc["measure_next"]
+        assert chosen["nodes"] > 1 and chosen["source"] == "predicted" and chosen["parts"]["network_source"] == "prior"
+        assert advice["part"] == "network" and advice["instances"] == 2 and advice["instance_type"] == "g5.12xlarge"
+        assert advice["command"] == ("srifty profile --collectives --backend ec2 --nodes 2 --instance-types g5.12xlarge"
+                                     + (" --placement-group" if extra else ""))
+        assert advice["hours"] == pytest.approx(hours, abs=1e-3) and advice["usd"] == pytest.approx(2 * hours * price,
+                                                                                                      abs=0.01)
+        assert "network between g5.12xlarge nodes is a prior" in advice["sentence"]
+        assert "(`srifty fit`)" in advice["sentence"] and f"{hours:.2f} h each of 2 g5.12xlarge" in advice["sentence"]
+    res = run_srifty("recommend", "--profile", str(ROOT / "profiles" / "pollux" / "imagenet"), "--budget", "30",
+                     "--instance-types", "g4dn.12xlarge", "--top", "3", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["recommendations"][0]["parts"]["network_source"] == "fitted-on-type"
+    assert doc["recommendations"][0]["source"] != "transferred" and doc["measure_next"] is None

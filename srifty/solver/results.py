@@ -3,13 +3,14 @@
 :class:`Recommendation` is one configuration with its figures (and where each came from);
 :class:`Result` holds the ranking, the Pareto front and the notes of one solve;
 :func:`measurement_advice` names the one EC2 profile that would make the chosen row's compute
-measured rather than transferred (:class:`MeasurementAdvice`), what it costs, and which ranked
-rows it could reorder.
+measured rather than transferred, or else its network measured rather than a prior
+(:class:`MeasurementAdvice`), what it costs, and which ranked rows it could reorder.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from srifty.profiling.ec2 import billed_hours
@@ -68,30 +69,51 @@ class Recommendation:
         return d
 
 
+class MeasuredPart(str, Enum):
+    """What a :class:`MeasurementAdvice` would measure."""
+
+    COMPUTE = "compute"  # the step on a type nobody profiled (an EC2 training profile on one instance)
+    NETWORK = "network"  # the network between nodes of a type nobody measured (a collectives sweep on two)
+
+
+# instances of the type a network measurement runs on (`srifty profile --collectives --nodes 2`)
+NETWORK_SWEEP_NODES = 2
+
+
 @dataclass(frozen=True)
 class MeasurementAdvice:
-    """What would turn the chosen configuration's predicted compute on a type nobody profiled into
-    a measured one, what it costs, and which of the ranked rows it could reorder."""
+    """What would turn the chosen configuration's predicted compute on a type nobody profiled, or
+    its network nobody measured, into a measured one, what it costs, and which of the ranked rows
+    it could reorder."""
 
     config: str
     instance_type: str
     command: str
-    hours: float  # the most one instance of the EC2 profile is billed for
-    usd: float | None  # on demand, in the region recommended for
+    hours: float  # the most each instance of the EC2 profile is billed for
+    usd: float | None  # on demand, in the region recommended for, all its instances
     interval_ratio: tuple[float, float]  # the chosen row's interval over its point
     overlapping: tuple[str, ...]  # ranked configurations whose throughput interval overlaps the chosen one's
+    part: MeasuredPart = MeasuredPart.COMPUTE
+    instances: int = 1  # instances of ``instance_type`` the profile runs on
 
     def sentence(self) -> str:
         lo, hi = self.interval_ratio
-        cost = (f"at most ${self.usd:.2f} ({self.hours:.2f} h of one {self.instance_type} on demand)"
-                if self.usd is not None else f"{self.hours:.2f} h of one {self.instance_type} (no price in the catalog)")
+        billed = (f"{self.hours:.2f} h of one {self.instance_type}" if self.instances == 1
+                  else f"{self.hours:.2f} h each of {self.instances} {self.instance_type}")
+        cost = (f"at most ${self.usd:.2f} ({billed} on demand)" if self.usd is not None
+                else f"{billed} (no price in the catalog)")
         shown = ", ".join(self.overlapping[:3]) + (f" and {len(self.overlapping) - 3} more"
                                                    if len(self.overlapping) > 3 else "")
         settle = (f"; the chosen row's throughput interval overlaps those of {shown} in the ranking, whose order "
                   "against it the measurement would settle" if self.overlapping else
                   "; no other ranked row's interval overlaps the chosen one's, so the choice stands either way")
-        return (f"compute on {self.instance_type} is predicted, not measured (the interval spans x{lo:.2f} to "
-                f"x{hi:.2f} of {self.config}'s figure): `{self.command}` measures it, {cost}{settle}.")
+        spans = f"the interval spans x{lo:.2f} to x{hi:.2f} of {self.config}'s figure"
+        if self.part is MeasuredPart.NETWORK:
+            return (f"the network between {self.instance_type} nodes is a prior, not measured ({spans}): "
+                    f"`{self.command}` measures it, {cost}, for a model fitted with that profile in its corpus "
+                    f"(`srifty fit`){settle}.")
+        return (f"compute on {self.instance_type} is predicted, not measured ({spans}): `{self.command}` "
+                f"measures it, {cost}{settle}.")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -99,6 +121,7 @@ class MeasurementAdvice:
         d["hours"] = round(self.hours, 3)
         d["interval_ratio"] = [round(x, 3) for x in self.interval_ratio]
         d["overlapping"] = list(self.overlapping)
+        d["part"] = self.part.value
         d["sentence"] = self.sentence()
         return d
 
@@ -109,25 +132,34 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
 
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
-    """The one measurement that would make the chosen row's compute measured (None when it already is)."""
+    """The one measurement that would make the chosen row's compute measured, or where it is, the
+    network between its nodes (a configuration of one type whose network is a prior); None when
+    neither applies."""
     chosen = result.chosen
-    if chosen.source != "transferred":
-        return None
     unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
-    if not unprofiled:
+    if chosen.source == "transferred" and unprofiled:
+        itype = unprofiled[0]
+        batch = chosen.batch_split[itype]
+        command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
+                   + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
+        part, instances, hours = MeasuredPart.COMPUTE, 1, billed_hours(ProfileRequest(script=job.script))
+    elif chosen.nodes > 1 and chosen.parts.get("network_source") == "prior" and len(chosen.batch_split) == 1:
+        # a mix's network is a prior where either type's is: which one, the row does not say
+        itype = next(iter(chosen.batch_split))
+        part, instances = MeasuredPart.NETWORK, NETWORK_SWEEP_NODES
+        command = (f"srifty profile --collectives --backend ec2 --nodes {instances} --instance-types {itype}"
+                   + (" --placement-group" if result.constraints.placement_group else ""))
+        hours = billed_hours(ProfileRequest(script=None, collectives=True, nodes=instances))
+    else:
         return None
-    itype = unprofiled[0]
-    batch = chosen.batch_split[itype]
-    command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
-               + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
-    hours = billed_hours(ProfileRequest(script=job.script))
     price = catalog.ondemand_price(itype, result.constraints.region)
     lo, hi = _throughput_interval(chosen)
     overlapping = tuple(r.config for r in result.recommendations[1:]
                         if _throughput_interval(r)[1] >= lo and _throughput_interval(r)[0] <= hi)
-    return MeasurementAdvice(chosen.config, itype, command, hours, None if price is None else price * hours,
+    return MeasurementAdvice(chosen.config, itype, command, hours,
+                             None if price is None else price * hours * instances,
                              (chosen.interval_ms[0] / chosen.iteration_ms, chosen.interval_ms[1] / chosen.iteration_ms),
-                             overlapping)
+                             overlapping, part, instances)
 
 
 @dataclass
