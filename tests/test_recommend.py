@@ -537,4 +537,22 @@ def test_recommend_says_what_would_measure_a_network_nobody_measured(tmp_path) -
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["recommendations"][0]["parts"]["network_source"] == "fitted-on-type"
+    assert doc["recommendations"][0]["network_prior_types"] == []
     assert doc["recommendations"][0]["source"] != "transferred" and doc["measure_next"] is None
+
+
+def test_a_mix_s_network_advice_names_the_type_whose_network_is_the_prior() -> None:
+    """Lambda's ResNet-50, profiled on p3.16xlarge and p4d.24xlarge, with one p4d.24xlarge to be
+    had: the chosen mix fills with p3.16xlarge nodes. p4d's network was measured (nccl-tests),
+    p3.16xlarge's is a prior, so the mix's network is a prior and the sweep to run is on
+    p3.16xlarge."""
+    res = run_srifty("recommend", "--profile", str(ROOT / "profiles" / "lambda" / "resnet50-fp32"), "--budget", "60",
+                     "--instance-types", "p3.16xlarge,p4d.24xlarge", "--available", "p4d.24xlarge=1,p4d.24xlarge@spot=1",
+                     "--batch-size", "148", "--top", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    chosen, advice = doc["recommendations"][0], doc["measure_next"]
+    assert chosen["mixed"] and set(chosen["batch_split"]) == {"p3.16xlarge", "p4d.24xlarge"}
+    assert chosen["parts"]["network_source"] == "prior" and chosen["network_prior_types"] == ["p3.16xlarge"]
+    assert advice["part"] == "network" and advice["instance_type"] == "p3.16xlarge"
+    assert advice["command"] == "srifty profile --collectives --backend ec2 --nodes 2 --instance-types p3.16xlarge"

@@ -50,6 +50,9 @@ class Recommendation:
     # from where the oracle says (srifty.model.PredictionTable.parts; a mix: its equalised compute,
     # and the less certain source of its two types' rows)
     parts: dict[str, Any] = field(default_factory=dict)
+    # the types of a configuration across nodes whose network between nodes nobody measured (its
+    # parts' network_source is then "prior"): of a mix, those of its two types whose own rows say so
+    network_prior_types: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -133,7 +136,7 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
     """The one measurement that would make the chosen row's compute measured, or where it is, the
-    network between its nodes (a configuration of one type whose network is a prior); None when
+    network between its nodes where that is a prior (of a mix, the first such type's); None when
     neither applies."""
     chosen = result.chosen
     unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
@@ -143,9 +146,8 @@ def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> Mea
         command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
                    + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
         part, instances, hours = MeasuredPart.COMPUTE, 1, billed_hours(ProfileRequest(script=job.script))
-    elif chosen.nodes > 1 and chosen.parts.get("network_source") == "prior" and len(chosen.batch_split) == 1:
-        # a mix's network is a prior where either type's is: which one, the row does not say
-        itype = next(iter(chosen.batch_split))
+    elif chosen.nodes > 1 and chosen.network_prior_types:
+        itype = chosen.network_prior_types[0]
         part, instances = MeasuredPart.NETWORK, NETWORK_SWEEP_NODES
         command = (f"srifty profile --collectives --backend ec2 --nodes {instances} --instance-types {itype}"
                    + (" --placement-group" if result.constraints.placement_group else ""))

@@ -94,6 +94,7 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         compute = float(row.compute_ms)
         sources = {part: str(row[part]) for part in PART_SOURCES if part in grid.columns}
         carried = [str(row.compute_transfer)] if "compute_transfer" in grid.columns else []
+        prior = [str(row.instance_type)] if nodes > 1 and sources.get("network_source") == "prior" else []
     else:
         a, bb, na, nb = _mix_parts(space, blk, k)
         ta, tb = offers.instance_type[a], offers.instance_type[bb]
@@ -130,6 +131,8 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
                                        + (["profiled-other-batch"] if part == "compute_source" else []))
                    for part in PART_SOURCES if part in grid.columns}
         carried = [str(v) for v in rows["compute_transfer"]] if "compute_transfer" in grid.columns else []
+        prior = [t for t in (ta, tb) if "network_source" in grid.columns
+                 and (rows.loc[rows["instance_type"] == t, "network_source"] == "prior").any()]
     thr_j, price_j = float(cat["thr"][j]), float(cat["price"][j])
     return Recommendation(
         config=config, market=market, gpus=gpus, nodes=nodes, batch_split=split,
@@ -139,7 +142,7 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         interruptions_per_hour=float(cat["rate"][j]), source=source,
         mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
         usd_to_finish=float(usd_total[j]) if usd_total is not None else None,
-        parts=_parts(it, compute, sources, carried))
+        parts=_parts(it, compute, sources, carried), network_prior_types=prior)
 
 
 def _parts(iteration_ms: float, compute_ms: float, sources: dict[str, str], carried: list[str]) -> dict[str, Any]:
