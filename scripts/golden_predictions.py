@@ -34,6 +34,9 @@ SETUPS: list[tuple[list[str], str, int]] = [
     (["profiles/pollux/cifar10"], "3xg4dn.12xlarge:3", 100),
     (["profiles/pollux/imagenet"], "1xg4dn.12xlarge:2", 32),
     (["profiles/pollux/imagenet"], "2xg5.xlarge", 32),
+    # a network nobody measured across nodes of several GPUs each; an intra-node link no source states
+    (["profiles/pollux/imagenet"], "2xg4dn.metal", 32),
+    (["profiles/local/cnn_resnet.json"], "1xg5.12xlarge", 32),
     (["profiles/pollux/deepspeech2"], "16xg4dn.12xlarge:2", 24),
     (["profiles/lambda/resnet50-fp16"], "2xp4d.24xlarge", 256),
     (["profiles/h200/cnn_resnet"], "1xp5en.48xlarge:1", 128),

@@ -615,6 +615,13 @@ class FeatureBuilder:
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
             intra = self.node_intra(config.groups[0].instance_type)
+        else:
+            # a ring's hops between the GPUs of one node are no faster across nodes than in a ring
+            # that stays on such a node (a type whose network nobody measured has PCIe at its line
+            # rate across nodes, LinkScale.apply, but the single-node efficiency within one)
+            shared = [self.node_intra(g.instance_type).gbytes_per_s for g, h in zip(config.groups, hws)
+                      if (g.workers_per_node or h.slots) > 1]
+            intra = Link(min([intra.gbytes_per_s] + shared), intra.latency_us)
         share = self.link_scale.tcp_node_share([g.instance_type for g in config.groups], len(wpn_all))
         if share != 1.0:  # the type's network as measured across this many nodes (LinkScale.tcp_node_shares)
             inter = Link(inter.gbytes_per_s * share, inter.latency_us / share)
