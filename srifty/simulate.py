@@ -183,11 +183,15 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
         return SimResult(compute_ms + optimizer_ms, compute_ms, 0.0, 0.0)
     fracs = list(ready_fractions) if ready_fractions is not None else [(i + 1) / k for i in range(k)]
     t, done, end, total = fwd, 0.0, 0.0, 0.0  # t: backward's clock; done: backward's progress (0..1)
+    wpn = [int(w) for w in workers_per_node]
+    times: dict[float, float] = {}  # the allreduce of each distinct bucket size (most are the cap)
     for size, frac in zip(bucket_bytes, fracs):
         frac = min(max(frac, 0.0), 1.0)
         if frac > done:
             t, done = _advance(t, (frac - done) * bwd, end, overlap_slowdown), frac
-        c = allreduce_ms(size, workers_per_node, intra, inter, hierarchical, tree)
+        c = times.get(size)
+        if c is None:
+            c = times[size] = allreduce_ms(size, wpn, intra, inter, hierarchical, tree)
         total += c
         end = max(end, t) + c
     backward_end = _advance(t, (1.0 - done) * bwd, end, overlap_slowdown)

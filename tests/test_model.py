@@ -62,6 +62,18 @@ def test_tree_allreduce_hand_arithmetic() -> None:
     assert simulate.allreduce_ms(1e3, [4] * 16, intra, inter, False, tree=True) == pytest.approx(small_tree)
 
 
+def test_a_step_prices_each_distinct_bucket_size_once(monkeypatch) -> None:
+    """A 1.3 GB gradient is 52 buckets of four sizes (mostly the 25 MiB cap): the step prices
+    four allreduces, not 52, and adds up the same total as pricing every bucket."""
+    intra, inter = Link(1.0, 10.0), Link(3.0, 30.0)
+    buckets = simulate.bucket_layout(1.3e9)
+    real, asked = simulate.allreduce_ms, []
+    monkeypatch.setattr(simulate, "allreduce_ms", lambda size, *a, **k: asked.append(size) or real(size, *a, **k))
+    step = simulate.simulate_iteration(400.0, buckets, [8, 8], intra, inter)
+    assert sorted(asked) == sorted(set(buckets)) and len(buckets) > 10 * len(asked)
+    assert step.allreduce_ms == pytest.approx(sum(real(b, [8, 8], intra, inter) for b in buckets), rel=1e-12)
+
+
 def test_the_interval_reaches_the_tree_allreduce_across_nodes(monkeypatch, emu_catalog: Any) -> None:
     """NCCL may run an allreduce on many nodes as a tree where that is faster, which the ring
     overprices: the step's lower bound is the simulated step with the faster of the two; one
