@@ -2221,6 +2221,11 @@ def test_a_ring_across_nodes_is_no_faster_inside_a_node_than_a_ring_on_one() -> 
     measured = builder.workers(parse_config("2xg4dn.12xlarge").resolved(cat), 64)
     assert measured.intra.gbytes_per_s == builder.hardware("g4dn.12xlarge").intra.gbytes_per_s
     assert measured.intra.gbytes_per_s < builder.node_intra("g4dn.12xlarge").gbytes_per_s
+    # in a mix, g5.12xlarge's unstated link spans the interval only where it is the ring's slowest:
+    # beside NVLink nodes it is, beside the measured g4dn.12xlarge (fitted lower) it is not
+    for mix, told in (("1xg5.12xlarge+1xp3.16xlarge", True), ("1xg5.12xlarge+1xg4dn.12xlarge", False)):
+        notes = builder.estimate(parse_config(mix).resolved(cat), 64).notes
+        assert any(n.startswith("g5.12xlarge: no source srifty ships states the intra-node link") for n in notes) is told
 
 
 def replace_pg(scale):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from srifty import simulate
-from srifty.configspec import ClusterConfig
+from srifty.configspec import ClusterConfig, NodeGroup
 from srifty.errors import SriftyError
 from srifty.opmodel import GpuStepModel, StepTerms, shipped_step_model
 from srifty.features.hardware import DEFAULT_INTRA_GBYTES_PER_S, Hardware, both_measured, hardware_of, transfer_speeds
@@ -619,9 +619,8 @@ class FeatureBuilder:
             # a ring's hops between the GPUs of one node are no faster across nodes than in a ring
             # that stays on such a node (a type whose network nobody measured has PCIe at its line
             # rate across nodes, LinkScale.apply, but the single-node efficiency within one)
-            shared = [self.node_intra(g.instance_type).gbytes_per_s for g, h in zip(config.groups, hws)
-                      if (g.workers_per_node or h.slots) > 1]
-            intra = Link(min([intra.gbytes_per_s] + shared), intra.latency_us)
+            intra = Link(min(self.ring_intra_gbytes_per_s(g, h) for g, h in zip(config.groups, hws)),
+                         intra.latency_us)
         share = self.link_scale.tcp_node_share([g.instance_type for g in config.groups], len(wpn_all))
         if share != 1.0:  # the type's network as measured across this many nodes (LinkScale.tcp_node_shares)
             inter = Link(inter.gbytes_per_s * share, inter.latency_us / share)
@@ -637,6 +636,13 @@ class FeatureBuilder:
             intra = inter
         return WorkerLayout(hws, wpn_all, cycles, transferred, notes, loosest, loose_notes,
                             (batch_low, batch_high), intra, inter, emulated)
+
+    def ring_intra_gbytes_per_s(self, group: NodeGroup, hw: Hardware) -> float:
+        """GB/s of ``group``'s intra-node hops in a ring across nodes: its type's figure there
+        (LinkScale.apply), no faster than in a ring on one such node where it has several workers."""
+        if (group.workers_per_node or hw.slots) > 1:
+            return min(hw.intra.gbytes_per_s, self.node_intra(group.instance_type).gbytes_per_s)
+        return hw.intra.gbytes_per_s
 
     def buckets(self) -> tuple[list[float], Sequence[float] | None]:
         """The gradient buckets DDP allreduces (the profile's, else the default layout of the
@@ -737,8 +743,9 @@ class FeatureBuilder:
             # the ring's intra-node link (the slowest of its types') where no source states it, nor was
             # it measured: from half the rate it is taken at to a link that never holds the ring back,
             # where that moves the step
-            unstated = [h for h in hws if not h.intra_stated and not self.link_scale.tcp_measured(h.name)
-                        and (len(hws) == 1 or h.intra.gbytes_per_s <= intra.gbytes_per_s)]
+            unstated = [h for g, h in zip(config.groups, hws) if not h.intra_stated
+                        and not self.link_scale.tcp_measured(h.name)
+                        and (len(wpn_all) == 1 or self.ring_intra_gbytes_per_s(g, h) <= intra.gbytes_per_s)]
             if unstated and sum(wpn_all) > 1:
                 def with_intra(gbytes_per_s: float) -> float:
                     return self.simulated(config, replace(layout, intra=Link(gbytes_per_s, intra.latency_us)),
