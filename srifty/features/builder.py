@@ -611,16 +611,15 @@ class FeatureBuilder:
             for n in (note, batch_note):
                 if n and n not in notes:
                     notes.append(n)
-        intra = Link(min(h.intra.gbytes_per_s for h in hws), max(h.intra.latency_us for h in hws))
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
-        if len(hws) == 1 and len(wpn_all) == 1:  # one node: its ring never leaves it
+        if len(wpn_all) == 1:  # one node: its ring never leaves it
             intra = self.node_intra(config.groups[0].instance_type)
         else:
             # a ring's hops between the GPUs of one node are no faster across nodes than in a ring
             # that stays on such a node (a type whose network nobody measured has PCIe at its line
             # rate across nodes, LinkScale.apply, but the single-node efficiency within one)
             intra = Link(min(self.ring_intra_gbytes_per_s(g, h) for g, h in zip(config.groups, hws)),
-                         intra.latency_us)
+                         max(h.intra.latency_us for h in hws))
         share = self.link_scale.tcp_node_share([g.instance_type for g in config.groups], len(wpn_all))
         if share != 1.0:  # the type's network as measured across this many nodes (LinkScale.tcp_node_shares)
             inter = Link(inter.gbytes_per_s * share, inter.latency_us / share)

@@ -135,17 +135,17 @@ def transfer_speeds(a: Hardware, b: Hardware, precision: str | None,
     return sa * a.speed_factor(precision, conv_share), sb * b.speed_factor(precision, conv_share)
 
 
-def _intra_bandwidth(name: str, link_text: str, stated: float | None) -> tuple[float, str | None]:
-    """GB/s of ``name``'s intra-node link, and the note that says where it comes from (None where
-    the catalog states it; the note of an unstated link is FeatureBuilder.estimate's, where it
-    moves the step)."""
+def _intra_bandwidth(name: str, link_text: str, stated: float | None) -> tuple[float, str | None, bool]:
+    """GB/s of ``name``'s intra-node link, the note that says where it comes from (None where the
+    catalog states it), and whether a source states it (its rate or its PCIe generation; the note
+    of one that does not is FeatureBuilder.estimate's, where it moves the step)."""
     if stated:
-        return float(stated), None
+        return float(stated), None, True
     m = re.search(r"pcie\s*gen\s*(\d)", link_text or "", re.I)
     if m and f"gen{m.group(1)}" in PCIE_GBYTES_PER_S:
         return (PCIE_GBYTES_PER_S[f"gen{m.group(1)}"],
-                f"{name}: {INTRA_BANDWIDTH_NOTE} from the PCIe Gen{m.group(1)} x16 line rate")
-    return DEFAULT_INTRA_GBYTES_PER_S, None
+                f"{name}: {INTRA_BANDWIDTH_NOTE} from the PCIe Gen{m.group(1)} x16 line rate", True)
+    return DEFAULT_INTRA_GBYTES_PER_S, None, False
 
 
 @lru_cache(maxsize=1)
@@ -171,8 +171,7 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
         return Hardware(it.name, it.workers_per_node, Link(EMULATED_INTRA_GBYTES_PER_S, INTRA_LATENCY_US),
                         Link(e.bandwidth_mbit / 8000.0, e.latency_ms * 1e3), None, None, e.cpu_share, emulated=True,
                         inter_kind="tbf")
-    intra_bw, note = _intra_bandwidth(it.name, it.intra_node_link, it.intra_node_bandwidth_gbytes_per_s)
-    intra_stated = bool(it.intra_node_bandwidth_gbytes_per_s) or note is not None
+    intra_bw, note, intra_stated = _intra_bandwidth(it.name, it.intra_node_link, it.intra_node_bandwidth_gbytes_per_s)
     if note:
         notes.append(note)
     gbps = it.network_gbps or it.network_up_to_gbps
