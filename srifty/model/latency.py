@@ -531,11 +531,15 @@ class LatencyModel:
             # ready), whatever the residual's error: in quadrature. Where nobody read the overlap the
             # unread held-out error already holds how far such a model's overlap missed, as the
             # reach to none of the allreduce hidden does: the wider of that error alone and the
-            # read one with the step's bounds, not both (the one uncertainty counted twice)
+            # read one with the step's bounds, not both (the one uncertainty counted twice). The
+            # unread error alone reaches no further than the read one and all of the step's reach
+            # added up: an overlap nobody read costs at most the whole allreduce exposed, and the
+            # models whose unread error sets the bound are communication-heavy ones, whose reach is
+            # longer than the row's own where little of its step is communication
             lo = center - np.hypot(center - lo, np.log(np.minimum(np.asarray(X["batch_low"], dtype=float), 1.0)))
             reach = np.log(np.maximum(np.asarray(X["batch_high"], dtype=float), 1.0))
             hi = np.vstack([center + np.hypot(hi[0] - center, reach),
-                            np.maximum(hi[0], center + np.hypot(hi[1] - center, reach))])
+                            np.maximum(np.minimum(hi[0], hi[1] + reach), center + np.hypot(hi[1] - center, reach))])
             hi = np.where(unread, hi[1], hi[0])
         else:
             hi = hi[0]
