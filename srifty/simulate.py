@@ -100,17 +100,36 @@ def allreduce_ms(nbytes: float, workers_per_node: Sequence[int], intra: Link, in
     """Allreduce time for a placement (workers on each node): the flat ring, or the best of it
     and the hierarchical allreduce when ``hierarchical`` (equal workers per node), and of the
     tree across nodes when ``tree``."""
-    wpn = [int(w) for w in workers_per_node]
-    p, n = sum(wpn), len(wpn)
+    return _placed_allreduce_ms(nbytes, _Placement.of(workers_per_node), intra, inter, hierarchical, tree)
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What the allreduce algebra reads of a placement's workers per node."""
+
+    workers: int
+    nodes: int
+    equal_per_node: int  # the workers on every node where all nodes have as many, else 0
+    most_per_node: int
+
+    @classmethod
+    def of(cls, workers_per_node: Sequence[int]) -> "_Placement":
+        wpn = [int(w) for w in workers_per_node]
+        return cls(sum(wpn), len(wpn), wpn[0] if len(set(wpn)) == 1 else 0, max(wpn, default=0))
+
+
+def _placed_allreduce_ms(nbytes: float, placed: _Placement, intra: Link, inter: Link,
+                         hierarchical: bool, tree: bool) -> float:
+    p, n = placed.workers, placed.nodes
     if p <= 1:
         return 0.0
     if n == 1:
         return ring_allreduce_ms(nbytes, p, intra)
     best = flat_ring_allreduce_ms(nbytes, n, p, intra, inter)
-    if hierarchical and len(set(wpn)) == 1:
-        best = min(best, hierarchical_allreduce_ms(nbytes, n, wpn[0], intra, inter))
+    if hierarchical and placed.equal_per_node:
+        best = min(best, hierarchical_allreduce_ms(nbytes, n, placed.equal_per_node, intra, inter))
     if tree:
-        best = min(best, tree_allreduce_ms(nbytes, n, max(wpn), intra, inter))
+        best = min(best, tree_allreduce_ms(nbytes, n, placed.most_per_node, intra, inter))
     return best
 
 
@@ -179,21 +198,22 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
     fwd = compute_ms * (1.0 - backward_fraction)
     bwd = compute_ms * backward_fraction
     k = len(bucket_bytes)
-    if sum(workers_per_node) <= 1 or k == 0:
+    placed = _Placement.of(workers_per_node)
+    if placed.workers <= 1 or k == 0:
         return SimResult(compute_ms + optimizer_ms, compute_ms, 0.0, 0.0)
     fracs = list(ready_fractions) if ready_fractions is not None else [(i + 1) / k for i in range(k)]
     t, done, end, total = fwd, 0.0, 0.0, 0.0  # t: backward's clock; done: backward's progress (0..1)
-    wpn = [int(w) for w in workers_per_node]
-    times: dict[float, float] = {}  # the allreduce of each distinct bucket size (most are the cap)
-    for size, frac in zip(bucket_bytes, fracs):
-        frac = min(max(frac, 0.0), 1.0)
+    times = {size: _placed_allreduce_ms(size, placed, intra, inter, hierarchical, tree)  # most are the cap
+             for size in set(bucket_bytes)}
+    slowed = overlap_slowdown > 0
+    for size, frac in zip(bucket_bytes, fracs):  # the hot loop of a large search: no calls where free
+        frac = 0.0 if frac < 0.0 else 1.0 if frac > 1.0 else frac
         if frac > done:
-            t, done = _advance(t, (frac - done) * bwd, end, overlap_slowdown), frac
-        c = times.get(size)
-        if c is None:
-            c = times[size] = allreduce_ms(size, wpn, intra, inter, hierarchical, tree)
+            t = _advance(t, (frac - done) * bwd, end, overlap_slowdown) if slowed else t + (frac - done) * bwd
+            done = frac
+        c = times[size]
         total += c
-        end = max(end, t) + c
+        end = (end if end > t else t) + c
     backward_end = _advance(t, (1.0 - done) * bwd, end, overlap_slowdown)
     step_end = max(backward_end, end)
     return SimResult(step_end + optimizer_ms, compute_ms, total, step_end - compute_ms)

@@ -67,11 +67,21 @@ def test_a_step_prices_each_distinct_bucket_size_once(monkeypatch) -> None:
     four allreduces, not 52, and adds up the same total as pricing every bucket."""
     intra, inter = Link(1.0, 10.0), Link(3.0, 30.0)
     buckets = simulate.bucket_layout(1.3e9)
-    real, asked = simulate.allreduce_ms, []
-    monkeypatch.setattr(simulate, "allreduce_ms", lambda size, *a, **k: asked.append(size) or real(size, *a, **k))
+    real, asked = simulate._placed_allreduce_ms, []
+    monkeypatch.setattr(simulate, "_placed_allreduce_ms", lambda size, *a, **k: asked.append(size) or real(size, *a, **k))
     step = simulate.simulate_iteration(400.0, buckets, [8, 8], intra, inter)
     assert sorted(asked) == sorted(set(buckets)) and len(buckets) > 10 * len(asked)
-    assert step.allreduce_ms == pytest.approx(sum(real(b, [8, 8], intra, inter) for b in buckets), rel=1e-12)
+    monkeypatch.undo()
+    assert step.allreduce_ms == pytest.approx(sum(simulate.allreduce_ms(b, [8, 8], intra, inter) for b in buckets),
+                                              rel=1e-12)
+    # where the allreduce does not slow backward the loop takes no call per bucket: the same step
+    # as the general one's at a vanishing slowdown, ready times given or uniform
+    ready = [min(1.0, 0.02 * i ** 1.3) for i in range(len(buckets))]
+    for fracs in (None, ready):
+        free = simulate.simulate_iteration(400.0, buckets, [8, 8], intra, inter, ready_fractions=fracs)
+        general = simulate.simulate_iteration(400.0, buckets, [8, 8], intra, inter, ready_fractions=fracs,
+                                              overlap_slowdown=1e-12)
+        assert free.iteration_ms == pytest.approx(general.iteration_ms, rel=1e-9) and free.exposed_comm_ms > 0
 
 
 def test_the_interval_reaches_the_tree_allreduce_across_nodes(monkeypatch, emu_catalog: Any) -> None:
