@@ -468,12 +468,14 @@ class LatencyModel:
                                                    max(bound[1], BIN_MIN_HALF_WIDTH))
         return out
 
-    def predict_interval(self, X: "pd.DataFrame") -> tuple["np.ndarray", "np.ndarray"]:
-        """(low, high) ms: the quantile models, widened outside the training range."""
+    def predict_interval(self, X: "pd.DataFrame", residual: "np.ndarray | None" = None,
+                         outside: list[list[str]] | None = None) -> tuple["np.ndarray", "np.ndarray"]:
+        """(low, high) ms: the quantile models, widened outside the training range. ``residual``
+        and ``outside``: :meth:`residual` and :meth:`out_of_range` of X, where the caller has them."""
         import numpy as np
 
         self._check_X(X)  # raises on a table that is not the model's
-        center = self.residual(X)
+        center = self.residual(X) if residual is None else np.array(residual, dtype=float)
         # no narrower than the error on unseen models: each row's (the unread one where nobody read
         # its overlap), and the read one, which the step's bounds below complete for such a row
         unread = flagged(X, "overlap_unknown")
@@ -508,10 +510,10 @@ class LatencyModel:
         # compute from a type with the same GPU board is not carried by a speed ratio: none of a
         # transfer's spread below (nor is it outside the training range for it: out_of_range)
         same_gpu = flagged(X, "same_gpu_transfer")
-        outside = np.array([widens(x) for x in self.out_of_range(X)]) & ~single
-        widen = np.where(outside, EXTRAPOLATION_WIDEN, 1.0)
-        lo = center - (center - lo) * widen - np.where(outside, 0.1, 0.0)
-        hi = center + (hi - center) * widen + np.where(outside, 0.1, 0.0)
+        beyond = np.array([widens(x) for x in (self.out_of_range(X) if outside is None else outside)]) & ~single
+        widen = np.where(beyond, EXTRAPOLATION_WIDEN, 1.0)
+        lo = center - (center - lo) * widen - np.where(beyond, 0.1, 0.0)
+        hi = center + (hi - center) * widen + np.where(beyond, 0.1, 0.0)
         spread = gpu_transfer_error()
         moved = transferred & ~by_operators & ~same_gpu & (np.asarray(X["emulated"], dtype=float) == 0)
         if spread is not None and moved.any():

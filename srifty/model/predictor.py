@@ -299,9 +299,9 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
     X = builder.frame_of(estimates)
     sim = X["sim_ms"].to_numpy(dtype=float)
     if predictor is not None:
-        it = np.asarray(predictor.latency.predict(X), dtype=float)
-        lo, hi = (np.asarray(a, dtype=float) for a in predictor.latency.predict_interval(X))
-        out_of_range = predictor.latency.out_of_range(X)
+        residual, out_of_range = predictor.latency.residual(X), predictor.latency.out_of_range(X)
+        it = sim * np.exp(residual)  # LatencyModel.predict, with the residual the interval takes too
+        lo, hi = (np.asarray(a, dtype=float) for a in predictor.latency.predict_interval(X, residual, out_of_range))
     else:
         it, lo, hi = sim.copy(), sim.copy(), sim.copy()
         out_of_range = [[] for _ in rows]
