@@ -165,12 +165,13 @@ def allreduce_us(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkSc
     from srifty import simulate
 
     scale = scale or LinkScale()
-    hws: dict[str, Any] = {}
+    hws: dict[tuple[str, bool], Any] = {}
     out = []
     for r in rows:
-        if r.instance_type not in hws:
-            hws[r.instance_type] = scale.apply(hardware_of(catalog, r.instance_type))
-        hw = hws[r.instance_type]
+        key = (r.instance_type, r.placement_group or scale.placement_group)  # as the row's nodes sat
+        if key not in hws:
+            hws[key] = replace(scale, placement_group=key[1]).apply(hardware_of(catalog, r.instance_type))
+        hw = hws[key]
         out.append(simulate.allreduce_ms(r.nbytes, [r.gpus_per_node] * r.nodes, hw.intra, hw.inter,
                                          hierarchical=hw.hierarchical_allreduce) * 1e3)
     return np.array(out)
@@ -211,14 +212,29 @@ def fit_tcp_allreduce(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: L
     return tuple(out)
 
 
+TCP_ON_EFA_NOTE = ("the allreduce sweeps across {itype} nodes ran over TCP (srifty's EC2 backend attaches no EFA "
+                   "interface): they measure the fallback, not the EFA network predictions take for {itype}, so its "
+                   "network stays a prior")
+
+
+def tcp_on_efa(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> list[str]:
+    """The EFA types whose only measured allreduces across nodes ran over TCP (srifty's EC2
+    backend attaches no EFA interface): they measure the TCP fallback, not the EFA network that
+    predictions take for the type, so nothing is fitted from them."""
+    known, _ = rows_in_catalog(catalog, rows)
+    over_efa = {r.instance_type for r in known if not r.over_tcp and r.nodes >= 2}
+    return sorted({r.instance_type for r in known if r.over_tcp and r.nodes >= 2
+                   and r.instance_type not in over_efa and hardware_of(catalog, r.instance_type).inter_kind == "efa"})
+
+
 def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tuple[str, float, float], ...]:
     """Per instance type with measured allreduces: the NVLink and EFA efficiencies minimising the
     median absolute log error of the allreduce estimate on that type's rows (types the catalog
     does not know are skipped; an efficiency the rows cannot tell, e.g. EFA from one-node rows,
-    stays 1.0)."""
+    stays 1.0). Rows that ran over TCP (:func:`tcp_on_efa`) measure no fast link."""
     import numpy as np
 
-    known, _ = rows_in_catalog(catalog, rows)
+    known, _ = rows_in_catalog(catalog, [r for r in rows if not r.over_tcp])
     out = []
     for itype in sorted({r.instance_type for r in known}):
         mine = [r for r in known if r.instance_type == itype]
@@ -285,6 +301,7 @@ class CommModel:
     n_rows_: int = 0
     n_sweep_points_: int = 0
     n_allreduce_rows_: int = 0
+    tcp_on_efa_types_: tuple[str, ...] = ()
     n_overlap_runs_: int = 0
 
     def fit(self, jobs: Sequence[JobProfile], catalog: "Catalog", collectives: Sequence[CollectivePoint] = (),
@@ -297,6 +314,7 @@ class CommModel:
 
         goodput, lat_us, self.n_sweep_points_ = fit_emulated_links(collectives)
         self.n_allreduce_rows_ = len(allreduce)
+        self.tcp_on_efa_types_ = tuple(tcp_on_efa(catalog, allreduce))
         emu = {"emulated_goodput": goodput, "emulated_latency_us": lat_us,
                "emulated_goodput_by_mbit": fit_emulated_goodput_by_rate(collectives, lat_us),
                "fast_links": fit_fast_links(catalog, allreduce) if allreduce else ()}

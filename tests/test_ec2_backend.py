@@ -253,6 +253,19 @@ def test_node_mode_plan_uses_c10d_on_first_node(monkeypatch, catalog) -> None:
     assert argv[argv.index("--node-rank") + 1] == "1" and argv[argv.index("--nnodes") + 1] == "2"
 
 
+def test_a_node_s_profile_says_its_network_is_tcp_and_whether_grouped(monkeypatch) -> None:
+    """The instances get no EFA interface, so the profile's network says NCCL ran over TCP, and
+    whether the nodes sat in a placement group (the user data's SRIFTY_EC2_PLACEMENT_GROUP)."""
+    from srifty.profiling.ec2.node import node_cluster_block
+
+    monkeypatch.setenv("SRIFTY_EC2_NNODES", "2")
+    monkeypatch.setenv("SRIFTY_EC2_NODE_IPS", "10.0.0.11,10.0.0.12")
+    for flag, grouped in (("1", True), ("0", False)):
+        monkeypatch.setenv("SRIFTY_EC2_PLACEMENT_GROUP", flag)
+        block = node_cluster_block("ec2", ProfileRequest(script=SCRIPT, instance_type="g5.12xlarge"), 8, "cuda")
+        assert block["network"]["transport"] == "tcp" and block["network"]["placement_group"] is grouped
+
+
 # --------------------------------------------------------------------------- faults
 
 
@@ -726,8 +739,10 @@ def test_placement_group_holds_the_nodes_and_is_deleted_after(aws, catalog, tmp_
     ec2, s3 = aws
     rec = PlacementGroupsEc2(ec2)
     backend, logs = make_backend(catalog, rec)
-    with FakeInstances(ec2, s3):
+    with FakeInstances(ec2, s3) as fake:
         backend.profile(request(instance_types=["g5.12xlarge"], nodes=2, placement_group=True), str(tmp_path / "p.json"))
+    # the nodes are told, so the profile they write says so (srifty.features.load_allreduce_rows)
+    assert "SRIFTY_EC2_PLACEMENT_GROUP=1" in fake.user_data["g5.12xlarge/1"]
     (call,) = rec.run_calls
     run_id = next(t["Value"] for t in call["TagSpecifications"][0]["Tags"] if t["Key"] == "srifty:run-id")
     assert call["Placement"]["GroupName"] == f"srifty-{run_id}" and call["Placement"]["AvailabilityZone"]

@@ -2306,6 +2306,85 @@ def test_a_type_s_network_is_fitted_from_its_measured_allreduces(tmp_path) -> No
     assert LinkScale(tcp_links=((itype, gbps),)).network_measured(hardware_of(cat, "g5.12xlarge"))
 
 
+def _ec2_sweep(tmp_path: Path, itype: str, per_node: int, truth: Any, network: dict[str, Any] | None) -> Path:
+    """A collectives profile of the EC2 backend across 2 nodes of ``itype``, its times what
+    ``truth`` (a LinkScale) gives as the nodes sat (``network``: the profile's network block)."""
+    from dataclasses import replace
+
+    from srifty.catalog import Catalog
+    from srifty.comm import allreduce_us
+    from srifty.features import AllreduceRow
+
+    cat = Catalog.default()
+    doc = json.loads((ROOT / "profiles" / "local" / "collectives.json").read_text())
+    doc["cluster"].update(launcher="ec2", world_size=2 * per_node, nodes=2, workers_per_node=[per_node] * 2,
+                          instance_types=[itype])
+    doc["cluster"].pop("network", None)
+    if network is not None:
+        doc["cluster"]["network"] = network
+    for h in doc["cluster"]["hosts"]:
+        h["instance_type"] = itype
+    as_sat = replace(truth, placement_group=bool((network or {}).get("placement_group")))
+    doc["collectives"] = [{**doc["collectives"][0], "world_size": 2 * per_node, "nodes": 2,
+                           "workers_per_node": [per_node] * 2, "bytes": b,
+                           "median_ms": float(allreduce_us(cat, [AllreduceRow(itype, 2, per_node, b, 0)], as_sat)[0]) / 1e3}
+                          for b in (1 << 20, 4 << 20, 16 << 20, 64 << 20)]
+    out = tmp_path / f"{itype}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_a_sweep_in_a_placement_group_fits_the_flows_outside_one(tmp_path) -> None:
+    """The EC2 backend records whether its nodes sat in a cluster placement group, where AWS lets
+    each TCP flow run at twice the rate: a sweep there of a 10 Gbit/s network (20 in the group) is
+    fitted as 10, so a prediction outside a group takes 10 and one inside 20, as measured. A sweep
+    whose profile does not say (recorded before it did) counts as outside one, over TCP."""
+    from srifty.catalog import Catalog
+    from srifty.comm import fit_tcp_allreduce
+    from srifty.features import LinkScale, load_allreduce_rows
+
+    cat = Catalog.default()
+    truth = LinkScale(tcp_links=(("g5.12xlarge", 10.0),))
+    _ec2_sweep(tmp_path, "g5.12xlarge", 4, truth, {"transport": "tcp", "placement_group": True})
+    rows = load_allreduce_rows([tmp_path])
+    assert rows and all(r.over_tcp and r.placement_group for r in rows)
+    ((itype, gbps),) = fit_tcp_allreduce(cat, rows, LinkScale())
+    assert itype == "g5.12xlarge" and abs(gbps / 10.0 - 1) < 0.06
+    old = tmp_path / "old"
+    old.mkdir()
+    _ec2_sweep(old, "g5.12xlarge", 4, truth, None)
+    assert all(r.over_tcp and not r.placement_group for r in load_allreduce_rows([old]))
+
+
+def test_an_efa_type_s_sweep_over_tcp_is_not_fitted_as_its_efa_network(tmp_path) -> None:
+    """srifty's EC2 backend attaches no EFA interface, so its sweep across two g4dn.metal nodes
+    measures TCP: the EFA efficiency is not fitted on it (as the same rows over EFA would be, at
+    the grid's floor), the type's network stays a prior, and `srifty fit` says why."""
+    from srifty.catalog import Catalog
+    from srifty.comm import TCP_ON_EFA_NOTE, fit_fast_links, tcp_on_efa
+    from srifty.features import LinkScale, hardware_of, load_allreduce_rows
+
+    cat = Catalog.default()
+    # about what the TCP fallback gives: the Pollux trace's g4dn.12xlarge flows carry 6.3 Gbit/s of 100
+    tcp = LinkScale(fast_links=(("g4dn.metal", 1.0, 0.06),))
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _ec2_sweep(sweep, "g4dn.metal", 8, tcp, {"transport": "tcp", "placement_group": False})
+    rows = load_allreduce_rows([sweep])
+    assert rows and all(r.over_tcp for r in rows)
+    assert fit_fast_links(cat, rows) == () and tcp_on_efa(cat, rows) == ["g4dn.metal"]
+    from dataclasses import replace
+
+    over_efa = [replace(r, over_tcp=False) for r in rows]
+    ((itype, _, efa),) = fit_fast_links(cat, over_efa)
+    assert itype == "g4dn.metal" and efa == 0.1 and tcp_on_efa(cat, over_efa) == []
+    assert not LinkScale(fast_links=fit_fast_links(cat, rows)).network_measured(hardware_of(cat, "g4dn.metal"))
+    res = _run("fit", str(sweep), str(ROOT / "profiles" / "emulated" / "mlp_recsys"), "--quick", "--out",
+               str(tmp_path / "m.npz"))
+    assert res.returncode == 0, res.stderr
+    assert TCP_ON_EFA_NOTE.format(itype="g4dn.metal") in res.stderr
+
+
 def test_placement_group_speeds_a_flow_limited_network_in_predict() -> None:
     outs = []
     for flag in ([], ["--placement-group"]):

@@ -541,6 +541,23 @@ def test_recommend_says_what_would_measure_a_network_nobody_measured(tmp_path) -
     assert doc["recommendations"][0]["source"] != "transferred" and doc["measure_next"] is None
 
 
+def test_no_sweep_is_advised_for_an_efa_network_the_ec2_backend_cannot_measure(tmp_path) -> None:
+    """g4dn.metal's network is EFA, which nobody measured: a model profiled on it, whose best
+    configuration spans its nodes, is told its network is a prior, but is not sent to sweep it
+    with srifty's EC2 backend, whose instances get no EFA interface and would measure TCP."""
+    trace = tmp_path / "metal.csv"
+    trace.write_text("model,instance_type,placement,local_batch_size,step_time_s,sync_time_s,param_count\n"
+                     "bertish,g4dn.metal,1,32,0.20,,110000000\nbertish,g4dn.metal,8,32,0.26,,110000000\n")
+    assert run_srifty("import", str(trace), "--out", str(tmp_path / "lib")).returncode == 0
+    res = run_srifty("recommend", "--profile", str(tmp_path / "lib" / "bertish"), "--budget", "30",
+                     "--instance-types", "g4dn.metal", "--top", "3", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    chosen = doc["recommendations"][0]
+    assert chosen["nodes"] > 1 and chosen["source"] == "predicted" and chosen["parts"]["network_source"] == "prior"
+    assert chosen["network_prior_types"] == ["g4dn.metal"] and doc["measure_next"] is None
+
+
 def test_a_mix_s_network_advice_names_the_type_whose_network_is_the_prior() -> None:
     """Lambda's ResNet-50, profiled on p3.16xlarge and p4d.24xlarge, with one p4d.24xlarge to be
     had: the chosen mix fills with p3.16xlarge nodes. p4d's network was measured (nccl-tests),

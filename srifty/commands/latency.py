@@ -73,12 +73,15 @@ Examples:
 def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
     """Train the latency model on profiles with multi-worker runs and save it."""
     from srifty import api
+    from srifty.comm import TCP_ON_EFA_NOTE
     from srifty.model import UNCALIBRATED_NOTE
 
     pred = api.fit(corpus, out, quick)
     meta = pred.meta
     for regime in meta.get("uncalibrated_regimes", []):
         click.echo(f"warning: {regime} runs: {UNCALIBRATED_NOTE}.", err=True)
+    for itype in meta.get("tcp_on_efa_types", []):
+        click.echo(f"warning: {TCP_ON_EFA_NOTE.format(itype=itype)}", err=True)
     click.echo(json.dumps({"out": out, "rows": meta["rows"], "models": meta["models"],
                            "instance_types": meta["instance_types"], "link_scale": meta["link_scale"],
                            "overlap_windows": meta.get("overlap_windows", {}), "data_sha256": meta["data_sha256"]},

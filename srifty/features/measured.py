@@ -53,11 +53,18 @@ class AllreduceRow:
     gpus_per_node: int
     nbytes: float
     us: float
+    # NCCL ran over TCP sockets whatever the type's network (srifty's EC2 backend attaches no EFA
+    # interface): on an EFA type such a row measures its fallback, not its EFA network
+    over_tcp: bool = False
+    # the nodes sat in a cluster placement group (AWS: 10 Gbit/s per TCP flow, not 5)
+    placement_group: bool = False
 
 
 def load_allreduce_rows(paths: Sequence[str | Path], min_bytes: float = 1 << 20) -> list[AllreduceRow]:
     """Allreduces of ``srifty profile --collectives`` across 2+ nodes of one real instance type (the
-    EC2 backend), messages of ``min_bytes`` or more: what the network of that type measured."""
+    EC2 backend), messages of ``min_bytes`` or more: what the network of that type measured. The
+    EC2 backend's runs are over TCP (it attaches no EFA interface; a profile that does not say
+    so is one of its), in a placement group where the profile says so."""
     out = []
     for p in _profile_files(paths):
         if p.kind != "collectives":
@@ -67,12 +74,15 @@ def load_allreduce_rows(paths: Sequence[str | Path], min_bytes: float = 1 << 20)
         if cl.get("launcher") == "emulated" or len(types) != 1 or int(cl.get("nodes") or 1) < 2:
             continue
         (itype,) = types
+        network = cl.get("network") or {}
+        over_tcp = network.get("transport", "tcp" if cl.get("launcher") == "ec2" else None) == "tcp"
+        grouped = network.get("placement_group") is True
         for c in p.doc.get("collectives") or []:
             if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms") \
                     and float(c["bytes"]) >= min_bytes:
                 wpn = c.get("workers_per_node") or [int(c["world_size"]) // int(c["nodes"])]
                 out.append(AllreduceRow(itype, int(c["nodes"]), int(max(wpn)), float(c["bytes"]),
-                                        float(c["median_ms"]) * 1e3))
+                                        float(c["median_ms"]) * 1e3, over_tcp, grouped))
     return out
 
 

@@ -110,6 +110,7 @@ class Predictor:
             "residual_rows": {k: (v.n_rows if v is not None else 0) for k, v in latency.parts_.items()},
             "comm_rows": comm.n_rows_, "comm_median_abs_log_error": comm.score_,
             "sweep_points": comm.n_sweep_points_, "allreduce_rows": comm.n_allreduce_rows_,
+            "tcp_on_efa_types": list(comm.tcp_on_efa_types_),
             "allreduce_sha256": allreduce_hash(allreduce),
             # imported traces whose overlap window was read off their sync times (features.overlap)
             "overlap_windows": {j.model: j.backward_fraction for j in jobs if j.overlap_fit is not None},

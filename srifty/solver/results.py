@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from srifty.features import hardware_of
 from srifty.profiling.ec2 import billed_hours
 from srifty.profiling.launcher import ProfileRequest
 from srifty.solver.constraints import Constraints, Objective
@@ -136,18 +137,20 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
     """The one measurement that would make the chosen row's compute measured, or where it is, the
-    network between its nodes where that is a prior (of a mix, the first such type's); None when
-    neither applies."""
+    network between its nodes where that is a prior (of a mix, the first such type's) that
+    srifty's EC2 backend can measure: not an EFA one, since it attaches no EFA interface and its
+    allreduces run over TCP; None when neither applies."""
     chosen = result.chosen
     unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
+    sweepable = [t for t in chosen.network_prior_types if hardware_of(catalog, t).inter_kind != "efa"]
     if chosen.source == "transferred" and unprofiled:
         itype = unprofiled[0]
         batch = chosen.batch_split[itype]
         command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
                    + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
         part, instances, hours = MeasuredPart.COMPUTE, 1, billed_hours(ProfileRequest(script=job.script))
-    elif chosen.nodes > 1 and chosen.network_prior_types:
-        itype = chosen.network_prior_types[0]
+    elif chosen.nodes > 1 and sweepable:
+        itype = sweepable[0]
         part, instances = MeasuredPart.NETWORK, NETWORK_SWEEP_NODES
         command = (f"srifty profile --collectives --backend ec2 --nodes {instances} --instance-types {itype}"
                    + (" --placement-group" if result.constraints.placement_group else ""))

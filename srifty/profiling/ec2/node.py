@@ -68,5 +68,8 @@ def node_cluster_block(name: str, request: ProfileRequest, world_size: int, devi
         "hosts": hosts,
         "network": {"rendezvous": f"c10d on {ips[0]}:{RDZV_PORT}",
                     "region": os.environ.get("SRIFTY_EC2_REGION"),
-                    "market": os.environ.get("SRIFTY_EC2_MARKET")},
+                    "market": os.environ.get("SRIFTY_EC2_MARKET"),
+                    # the instances get no EFA interface, so NCCL runs over TCP sockets on any type
+                    "transport": "tcp",
+                    "placement_group": os.environ.get("SRIFTY_EC2_PLACEMENT_GROUP") == "1"},
     }

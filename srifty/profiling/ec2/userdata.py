@@ -55,7 +55,8 @@ def user_data(request: ProfileRequest, instance_type: str, setup: RunSetup, keys
         "export SRIFTY_EC2_NNODES=$(python3 -c \"import json; print(len(json.load(open('rendezvous.json'))['node_ips']))\")",
         "export SRIFTY_EC2_MASTER=$(python3 -c \"import json; print(json.load(open('rendezvous.json'))['master_addr'])\")",
         "export SRIFTY_EC2_NODE_IPS=$(python3 -c \"import json; print(','.join(json.load(open('rendezvous.json'))['node_ips']))\")",
-        f"export SRIFTY_EC2_RDZV_ID={q(run_id)} SRIFTY_EC2_REGION={q(region)} SRIFTY_EC2_MARKET={q(market)}",
+        f"export SRIFTY_EC2_RDZV_ID={q(run_id)} SRIFTY_EC2_REGION={q(region)} SRIFTY_EC2_MARKET={q(market)} "
+        f"SRIFTY_EC2_PLACEMENT_GROUP={int(bool(request.placement_group))}",
         f"{profile_command(request, instance_type, setup.bundle, nproc)}; STATUS=$?",
         "if [ \"$NODE_RANK\" = 0 ]; then",
         f"  if [ -s /opt/srifty/profile.json ]; then aws s3 cp /opt/srifty/profile.json {s3(keys['profile'])} --sse AES256;",
