@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from srifty.errors import SriftyError
+from srifty.plan import plan_efa_types
 from srifty.profiling.emulated import hosts_arg
 from srifty.profiling.launcher import ProfileRequest, get_backend
 
@@ -36,6 +37,7 @@ class LaunchReport:
     interval_ms: tuple[float, float]
     global_batch: float
     predicted_samples_per_s: float  # at the predicted step, without spot interruptions: what a run measures
+    notes: tuple[str, ...] = ()  # what makes the run unlike the configuration predicted
 
     @property
     def inside(self) -> bool:
@@ -51,7 +53,7 @@ class LaunchReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(inside=self.inside, measured_samples_per_s=round(self.measured_samples_per_s, 3),
+        d.update(notes=list(self.notes), inside=self.inside, measured_samples_per_s=round(self.measured_samples_per_s, 3),
                  error=round(self.error, 4))
         return d
 
@@ -117,7 +119,10 @@ def launch(directory: str | Path, backend: str, out: str, max_seconds: float = 2
                           f"See its profile, {out}.")
     p = plan["prediction"]
     global_batch = float(sum(n["workers"] * n["local_batch_size"] for n in plan["nodes"]))  # as the nodes ran it
+    efa = plan_efa_types(plan) if backend == "ec2" else ()
+    notes = (f"the run went over TCP: srifty's EC2 backend attaches no EFA interface, while the prediction takes NCCL "
+             f"over EFA between the {', '.join(efa)} nodes, so the two are not like for like",) if efa else ()
     return LaunchReport(plan["config"], backend, out, doc.get("status", "complete"), float(it["median"]),
                         (float(it.get("ci_low") or it["median"]), float(it.get("ci_high") or it["median"])),
                         float(p["iteration_ms"]), tuple(p["interval_ms"]), global_batch,
-                        global_batch / (float(p["iteration_ms"]) / 1e3))
+                        global_batch / (float(p["iteration_ms"]) / 1e3), notes)

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from srifty import __version__
+from srifty.catalog import Catalog
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError
+from srifty.features import hardware_of
 from srifty.outputs import atomic_write_text
 
 RDZV_PORT = 29400
@@ -46,6 +48,8 @@ class Plan:
     region: str | None
     prediction: dict[str, Any]  # the recommendation row (srifty.solver.Recommendation.to_dict)
     emulated: bool = False  # hosts of an emulated catalog: `srifty launch DIR --backend emulated` runs it
+    # the types whose nodes the prediction takes to talk over EFA (NCCL's aws-ofi-nccl plugin), across nodes
+    efa_types: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -146,6 +150,8 @@ class Plan:
             "<its script>` (extra arguments go to the training script). The nodes must reach node 0 on TCP "
             f"port {RDZV_PORT} (the default VPC's default security group allows traffic between its members).",
         ]
+        if self.efa_types:
+            lines += ["", efa_note(self.efa_types)]
         if self.emulated:
             lines += ["", "These are emulated hosts: `sudo srifty launch DIR --backend emulated` runs the plan on "
                           "the emulated cluster and sets its measured step against the prediction."]
@@ -165,7 +171,17 @@ class Plan:
         return {"schema": 1, "srifty_version": __version__, "model": self.model, "script": self.script,
                 "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
                 "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
-                "prediction": self.prediction}
+                "efa_types": list(self.efa_types), "prediction": self.prediction}
+
+
+def efa_note(types: Sequence[str]) -> str:
+    """What a plan across nodes of ``types`` needs for the network its prediction takes."""
+    names = ", ".join(types)
+    return (f"The prediction takes NCCL over EFA between the {names} nodes. Start them with EFA interfaces "
+            "(AWS: one per network card) from an image with NCCL's aws-ofi-nccl plugin (the AWS Deep Learning "
+            "AMIs have it); without them NCCL falls back to TCP sockets, which carry a fraction of the rate, and "
+            "the prediction does not hold. srifty's own EC2 backend (`srifty launch --backend ec2`) attaches "
+            "none, so its run of this plan measures that fallback.")
 
 
 def node_file(node: PlannedNode) -> str:
@@ -189,7 +205,27 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
             nodes.append(PlannedNode(rank_no, g.instance_type, int(workers), max(1, int(round(batch))), g.spot))
             rank_no += 1
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
-    return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated)
+    return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,
+                efa_types_across(config, catalog))
+
+
+def plan_efa_types(plan: dict[str, Any]) -> tuple[str, ...]:
+    """A written plan's ``efa_types`` (one written before it had them: worked out from its config
+    on the shipped catalog)."""
+    if "efa_types" in plan:
+        return tuple(plan["efa_types"])
+    catalog = Catalog.default()
+    return efa_types_across(parse_config(plan["config"]).resolved(catalog), catalog)
+
+
+def efa_types_across(config: ClusterConfig, catalog: Any) -> tuple[str, ...]:
+    """The types of ``config`` (resolved) whose nodes the simulator takes to talk over EFA: across
+    nodes, every type EFA-capable (srifty.features.Hardware.inter_kind; with a TCP type in the ring,
+    its slowest link, the simulator takes that type's TCP network)."""
+    types = tuple(dict.fromkeys(g.instance_type for g in config.groups))
+    if config.nodes < 2 or any(hardware_of(catalog, t).inter_kind != "efa" for t in types):
+        return ()
+    return types
 
 
 def write_plan(plan: Plan, directory: str | Path) -> list[Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 import signal
 import socket
 import tarfile
@@ -800,7 +801,16 @@ def test_a_plan_launches_on_ec2_and_is_compared(aws, catalog, tmp_path) -> None:
     assert call["InstanceMarketOptions"]["MarketType"] == "spot"
     measured = json.loads((tmp_path / "run.json").read_text())["summary"]["iteration_ms"]["median"]
     assert report.measured_ms == measured and report.inside == (60.0 <= measured <= 200.0)
-    assert alive(ec2) == []
+    assert report.notes == () and alive(ec2) == []
+    # EFA between the plan's nodes: the backend's run goes over TCP, and the report says so
+    efa = replace(row, config="2xg4dn.metal@spot", batch_split={"g4dn.metal": 32.0}, gpus=16)
+    write_plan(make_plan("cnn_resnet", SCRIPT, [], efa, 1, "us-east-1", catalog), tmp_path / "efa-plan")
+    with FakeInstances(ec2, s3):
+        report = launch(tmp_path / "efa-plan", "ec2", str(tmp_path / "efa-run.json"), 5.0, runner=backend,
+                        instance_profile="srifty-profiler", s3_uri=S3_URI, yes=True, time_cap=20.0)
+    (note,) = report.notes
+    assert "went over TCP" in note and "EFA between the g4dn.metal nodes" in note
+    assert report.to_dict()["notes"] == [note] and alive(ec2) == []
 
 
 def test_a_mixed_plan_is_refused_on_ec2(tmp_path, catalog) -> None:

@@ -71,6 +71,30 @@ def test_a_mix_gets_a_batch_per_type_and_no_skypilot_task(tmp_path: Path) -> Non
     assert "weight_gradients_by_batch" in (tmp_path / "README.md").read_text()
 
 
+def test_a_plan_across_efa_nodes_says_what_its_network_needs(tmp_path: Path) -> None:
+    """Across nodes of an EFA type the prediction takes NCCL over EFA: the plan names the types and
+    its README says what starting them needs; one node, or a ring with a TCP type in it (whose
+    network the simulator then takes), does not depend on it. A plan written before the field is
+    worked out from its configuration."""
+    from srifty.plan import plan_efa_types
+
+    cat = Catalog.default()
+    across = make_plan("cnn_resnet", "examples/cnn_resnet.py", [], _row("2xp4d.24xlarge", {"p4d.24xlarge": 32.0}, 2, 16),
+                       1, None, cat)
+    write_plan(across, tmp_path)
+    assert across.efa_types == ("p4d.24xlarge",) and json.loads((tmp_path / "plan.json").read_text())["efa_types"] == \
+        ["p4d.24xlarge"]
+    readme = (tmp_path / "README.md").read_text()
+    assert "NCCL over EFA between the p4d.24xlarge nodes" in readme and "aws-ofi-nccl" in readme
+    for config, split, nodes in (("1xp4d.24xlarge", {"p4d.24xlarge": 32.0}, 1),
+                                 ("1xp4d.24xlarge+1xg4dn.12xlarge", {"p4d.24xlarge": 32.0, "g4dn.12xlarge": 32.0}, 2)):
+        plan = make_plan("cnn_resnet", "examples/cnn_resnet.py", [], _row(config, split, nodes, 8), 1, None, cat)
+        assert plan.efa_types == () and "EFA" not in plan.readme()
+    old = across.to_dict()
+    del old["efa_types"]
+    assert plan_efa_types(old) == ("p4d.24xlarge",)
+
+
 def test_a_profile_without_a_script_cannot_be_planned() -> None:
     from srifty.errors import SriftyError
 

@@ -53,6 +53,8 @@ def launch(plan_dir: str, backend: str, max_seconds: float, out: str | None, spe
         raise SriftyError("--backend ec2 needs --instance-profile (the instances upload their profile with its role).",
                           "Create one as docs/aws-permissions.md shows, then add --instance-profile srifty-profiler.")
     report = run_plan(plan_dir, backend, out, max_seconds, **options)
+    for note in report.notes:
+        click.echo(f"warning: {note}", err=True)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1))
         return
