@@ -53,8 +53,8 @@ class LaunchReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(notes=list(self.notes), inside=self.inside, measured_samples_per_s=round(self.measured_samples_per_s, 3),
-                 error=round(self.error, 4))
+        d.update(notes=list(self.notes), inside=self.inside,
+                 measured_samples_per_s=round(self.measured_samples_per_s, 3), error=round(self.error, 4))
         return d
 
     def sentence(self) -> str:
@@ -98,8 +98,10 @@ def request_for(plan: dict[str, Any], backend: str, max_seconds: float, **option
             raise SriftyError(f"The EC2 backend launches one instance type per run; {plan['config']} mixes them.",
                               "Run the mix on --backend emulated, or start the plan's node scripts on your "
                               "instances yourself.")
+        # in a placement group where the prediction took one (a plan written before it said: not)
         return ProfileRequest(**{**common, "batch_by_type": {}}, instance_types=[types[0]], nodes=len(nodes),
                               spot=nodes[0]["spot"], region=plan.get("region"),
+                              placement_group=bool(plan.get("placement_group")) and len(nodes) > 1,
                               **{k: v for k, v in options.items() if k != "spec"})
     raise SriftyError(f"srifty launch runs on {' or '.join(BACKENDS)}, not {backend!r}.")
 

@@ -50,6 +50,8 @@ class Plan:
     emulated: bool = False  # hosts of an emulated catalog: `srifty launch DIR --backend emulated` runs it
     # the types whose nodes the prediction takes to talk over EFA (NCCL's aws-ofi-nccl plugin), across nodes
     efa_types: tuple[str, ...] = ()
+    # the prediction takes the nodes in a cluster placement group (`recommend --placement-group`)
+    placement_group: bool = False
 
     @property
     def world_size(self) -> int:
@@ -150,6 +152,10 @@ class Plan:
             "<its script>` (extra arguments go to the training script). The nodes must reach node 0 on TCP "
             f"port {RDZV_PORT} (the default VPC's default security group allows traffic between its members).",
         ]
+        if self.placement_group and len(self.nodes) > 1:
+            lines += ["", "The prediction takes the nodes in one cluster placement group, where AWS lets each TCP "
+                          "flow between them run at 10 Gbit/s instead of 5: launch them into one (`srifty launch "
+                          "--backend ec2` does)."]
         if self.efa_types:
             lines += ["", efa_note(self.efa_types)]
         if self.emulated:
@@ -171,7 +177,8 @@ class Plan:
         return {"schema": 1, "srifty_version": __version__, "model": self.model, "script": self.script,
                 "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
                 "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
-                "efa_types": list(self.efa_types), "prediction": self.prediction}
+                "efa_types": list(self.efa_types), "placement_group": self.placement_group,
+                "prediction": self.prediction}
 
 
 def efa_note(types: Sequence[str]) -> str:
@@ -189,8 +196,9 @@ def node_file(node: PlannedNode) -> str:
 
 
 def make_plan(model: str, script: str | None, script_args: Sequence[str], row: Any, rank: int,
-              region: str | None, catalog: Any) -> Plan:
-    """The plan of one ranked row (srifty.solver.Recommendation) of a job's ``script``."""
+              region: str | None, catalog: Any, placement_group: bool = False) -> Plan:
+    """The plan of one ranked row (srifty.solver.Recommendation) of a job's ``script``
+    (``placement_group``: the row was predicted for nodes in a cluster placement group)."""
     if not script:
         raise SriftyError(f"The profile of {model} does not name its training script, so a plan cannot start it.",
                           "Give a profile recorded by `srifty profile` (imported traces name no script).")
@@ -206,7 +214,7 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
             rank_no += 1
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
     return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,
-                efa_types_across(config, catalog))
+                efa_types_across(config, catalog), placement_group)
 
 
 def plan_efa_types(plan: dict[str, Any]) -> tuple[str, ...]:

@@ -813,6 +813,30 @@ def test_a_plan_launches_on_ec2_and_is_compared(aws, catalog, tmp_path) -> None:
     assert report.to_dict()["notes"] == [note] and alive(ec2) == []
 
 
+def test_a_plan_predicted_in_a_placement_group_launches_into_one(aws, catalog, tmp_path) -> None:
+    """`recommend --placement-group --plan`: the prediction took the nodes in a cluster placement
+    group, so the plan says so and `srifty launch --backend ec2` launches them into one."""
+    from srifty.launch import launch
+    from srifty.plan import make_plan, write_plan
+
+    ec2, s3 = aws
+    row = replace(Recommendation_mix(), config="2xg5.12xlarge", batch_split={"g5.12xlarge": 32.0}, gpus=8, nodes=2,
+                  mixed=False)
+    plan = make_plan("cnn_resnet", SCRIPT, [], row, 1, "us-east-1", catalog, placement_group=True)
+    write_plan(plan, tmp_path / "plan")
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["placement_group"] is True
+    assert "cluster placement group" in (tmp_path / "plan" / "README.md").read_text()
+    rec = PlacementGroupsEc2(ec2)
+    backend, _ = make_backend(catalog, rec)
+    with FakeInstances(ec2, s3) as fake:
+        launch(tmp_path / "plan", "ec2", str(tmp_path / "run.json"), 5.0, runner=backend,
+               instance_profile="srifty-profiler", s3_uri=S3_URI, yes=True, time_cap=20.0)
+    (call,) = rec.run_calls
+    assert call["Placement"]["GroupName"].startswith("srifty-") and call["MinCount"] == 2
+    assert "SRIFTY_EC2_PLACEMENT_GROUP=1" in fake.user_data["g5.12xlarge/1"]
+    assert rec.groups == {} and alive(ec2) == []
+
+
 def test_a_mixed_plan_is_refused_on_ec2(tmp_path, catalog) -> None:
     from srifty.launch import request_for
     from srifty.plan import make_plan

@@ -95,6 +95,16 @@ def test_a_plan_across_efa_nodes_says_what_its_network_needs(tmp_path: Path) -> 
     assert plan_efa_types(old) == ("p4d.24xlarge",)
 
 
+def test_a_plan_records_the_placement_group_its_prediction_took(tmp_path: Path) -> None:
+    for flag, grouped in (([], False), (["--placement-group"], True)):
+        out = tmp_path / f"plan{len(flag)}"
+        res = run_srifty("recommend", "--profile", str(CNN), "--budget", "12", "--plan", str(out), *flag)
+        assert res.returncode == 0, res.stderr
+        plan = json.loads((out / "plan.json").read_text())
+        assert plan["placement_group"] is grouped and len(plan["nodes"]) > 1
+        assert ("cluster placement group" in (out / "README.md").read_text()) is grouped
+
+
 def test_a_profile_without_a_script_cannot_be_planned() -> None:
     from srifty.errors import SriftyError
 
