@@ -2278,32 +2278,7 @@ def replace_pg(scale):
     return replace(scale, placement_group=True)
 
 
-def test_a_type_s_network_is_fitted_from_its_measured_allreduces(tmp_path) -> None:
-    """An EC2 allreduce sweep across 2 nodes of g5.12xlarge whose times are what a 20 Gbit/s
-    network gives: load_allreduce_rows reads it, fit_tcp_allreduce recovers the rate (to the
-    grid's 12% steps), and a model trained with it calls that type's network measured."""
-    from srifty.catalog import Catalog
-    from srifty.features import AllreduceRow, LinkScale, hardware_of, load_allreduce_rows
-    from srifty.comm import allreduce_us, fit_tcp_allreduce
-
-    cat = Catalog.default()
-    truth = LinkScale(tcp_links=(("g5.12xlarge", 20.0),))
-    doc = json.loads((ROOT / "profiles" / "local" / "collectives.json").read_text())
-    doc["cluster"].update(launcher="ec2", world_size=8, nodes=2, workers_per_node=[4, 4],
-                          instance_types=["g5.12xlarge"])
-    for h in doc["cluster"]["hosts"]:
-        h["instance_type"] = "g5.12xlarge"
-    sizes = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
-    doc["collectives"] = [{**doc["collectives"][0], "world_size": 8, "nodes": 2, "workers_per_node": [4, 4],
-                           "bytes": b, "median_ms": float(allreduce_us(cat, [AllreduceRow("g5.12xlarge", 2, 4, b, 0)],
-                                                                       truth)[0]) / 1e3} for b in sizes]
-    (tmp_path / "coll.json").write_text(json.dumps(doc))
-    rows = load_allreduce_rows([tmp_path])
-    assert [(r.instance_type, r.nodes, r.gpus_per_node, r.nbytes) for r in rows] == \
-        [("g5.12xlarge", 2, 4, float(b)) for b in sizes]
-    ((itype, gbps),) = fit_tcp_allreduce(cat, rows, LinkScale())
-    assert itype == "g5.12xlarge" and abs(gbps / 20.0 - 1) < 0.06
-    assert LinkScale(tcp_links=((itype, gbps),)).network_measured(hardware_of(cat, "g5.12xlarge"))
+SWEEP_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)  # the message sizes of _ec2_sweep's allreduces
 
 
 def _ec2_sweep(tmp_path: Path, itype: str, per_node: int, truth: Any, network: dict[str, Any] | None) -> Path:
@@ -2328,10 +2303,29 @@ def _ec2_sweep(tmp_path: Path, itype: str, per_node: int, truth: Any, network: d
     doc["collectives"] = [{**doc["collectives"][0], "world_size": 2 * per_node, "nodes": 2,
                            "workers_per_node": [per_node] * 2, "bytes": b,
                            "median_ms": float(allreduce_us(cat, [AllreduceRow(itype, 2, per_node, b, 0)], as_sat)[0]) / 1e3}
-                          for b in (1 << 20, 4 << 20, 16 << 20, 64 << 20)]
+                          for b in SWEEP_BYTES]
     out = tmp_path / f"{itype}.json"
     out.write_text(json.dumps(doc))
     return out
+
+
+def test_a_type_s_network_is_fitted_from_its_measured_allreduces(tmp_path) -> None:
+    """An EC2 allreduce sweep across 2 nodes of g5.12xlarge whose times are what a 20 Gbit/s
+    network gives: load_allreduce_rows reads it, fit_tcp_allreduce recovers the rate (to the
+    grid's 12% steps), and a model trained with it calls that type's network measured."""
+    from srifty.catalog import Catalog
+    from srifty.features import LinkScale, hardware_of, load_allreduce_rows
+    from srifty.comm import fit_tcp_allreduce
+
+    cat = Catalog.default()
+    truth = LinkScale(tcp_links=(("g5.12xlarge", 20.0),))
+    _ec2_sweep(tmp_path, "g5.12xlarge", 4, truth, None)
+    rows = load_allreduce_rows([tmp_path])
+    assert [(r.instance_type, r.nodes, r.gpus_per_node, r.nbytes) for r in rows] == \
+        [("g5.12xlarge", 2, 4, float(b)) for b in SWEEP_BYTES]
+    ((itype, gbps),) = fit_tcp_allreduce(cat, rows, LinkScale())
+    assert itype == "g5.12xlarge" and abs(gbps / 20.0 - 1) < 0.06
+    assert LinkScale(tcp_links=((itype, gbps),)).network_measured(hardware_of(cat, "g5.12xlarge"))
 
 
 def test_a_sweep_in_a_placement_group_fits_the_flows_outside_one(tmp_path) -> None:

@@ -380,11 +380,12 @@ class LatencyModel:
                 out[m] = part.shrink * (self._trend(Am, part.trend) + part.model.predict(Am))
         return out
 
-    def predict(self, X: "pd.DataFrame") -> "np.ndarray":
-        """Predicted iteration time (ms) for every row of X."""
+    def predict(self, X: "pd.DataFrame", residual: "np.ndarray | None" = None) -> "np.ndarray":
+        """Predicted iteration time (ms) for every row of X (``residual``: :meth:`residual` of X,
+        where the caller has it)."""
         import numpy as np
 
-        return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.residual(X))
+        return np.asarray(X["sim_ms"], dtype=float) * np.exp(self.residual(X) if residual is None else residual)
 
     def out_of_range(self, X: "pd.DataFrame") -> list[list[str]]:
         """For each row, the features outside the range its regime saw in training; ``transferred``

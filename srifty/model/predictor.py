@@ -301,7 +301,7 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
     sim = X["sim_ms"].to_numpy(dtype=float)
     if predictor is not None:
         residual, out_of_range = predictor.latency.residual(X), predictor.latency.out_of_range(X)
-        it = sim * np.exp(residual)  # LatencyModel.predict, with the residual the interval takes too
+        it = np.asarray(predictor.latency.predict(X, residual), dtype=float)
         lo, hi = (np.asarray(a, dtype=float) for a in predictor.latency.predict_interval(X, residual, out_of_range))
     else:
         it, lo, hi = sim.copy(), sim.copy(), sim.copy()

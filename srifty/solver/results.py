@@ -142,14 +142,14 @@ def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> Mea
     allreduces run over TCP; None when neither applies."""
     chosen = result.chosen
     unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
-    sweepable = [t for t in chosen.network_prior_types if hardware_of(catalog, t).inter_kind != "efa"]
     if chosen.source == "transferred" and unprofiled:
         itype = unprofiled[0]
         batch = chosen.batch_split[itype]
         command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
                    + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
         part, instances, hours = MeasuredPart.COMPUTE, 1, billed_hours(ProfileRequest(script=job.script))
-    elif chosen.nodes > 1 and sweepable:
+    elif chosen.nodes > 1 and (sweepable := [t for t in chosen.network_prior_types
+                                             if hardware_of(catalog, t).inter_kind != "efa"]):
         itype = sweepable[0]
         part, instances = MeasuredPart.NETWORK, NETWORK_SWEEP_NODES
         command = (f"srifty profile --collectives --backend ec2 --nodes {instances} --instance-types {itype}"
