@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty import importer, model
+from srifty import profile as profile_file
 from srifty.capacity import SpotScore, capacity_limits, read_spot_scores, spot_groups
 from srifty.catalog import Catalog
 from srifty.comm import CommModel, measured_allreduce
@@ -77,21 +78,22 @@ def profile_outputs(requests: Sequence[ProfileRequest], out: str | None, label: 
 def profile_batches(requests: Sequence[ProfileRequest], outs: Sequence[str], backend: str = "local",
                     progress: Callable[[ProfileRequest], tuple[Any, Callable[[], None]]] | None = None,
                     say: Say = _quiet) -> list[Profile]:
-    """Run each request (one per batch size) and write its profile to its ``outs`` entry, refusing
+    """Run each request (one per batch size) and write its profile to its ``outs`` entry (one
+    profile per type beside it for several EC2 types, all of them returned), refusing
     first an output that would overwrite the script, the requirements or the emulated spec. When
     one fails, the profiles already measured are kept and the error says so. ``progress(request)``
     gives a progress callback for the backend and a function that ends it."""
     first = requests[0]
-    out_files = [Output(path, "--out") for path in outs]
+    out_files = [Output(path, "--out") for request, out in zip(requests, outs) for path in request.outs(out)]
     refuse_clobbering(out_files, [Input(first.script or "", "the script"), Input(first.requirements or "", "--requirements"),
                                   Input(first.spec if backend == "emulated" else "", "--spec")])
     for o in out_files:
         check_writable(o)
     chosen = get_backend(backend)
     profiles: list[Profile] = []
-    for request, path in zip(requests, outs):
+    for i, (request, path) in enumerate(zip(requests, outs)):
         if len(requests) > 1:
-            say(f"batch size {request.batch_size} ({len(profiles) + 1} of {len(requests)}) -> {path}")
+            say(f"batch size {request.batch_size} ({i + 1} of {len(requests)}) -> {path}")
         report_progress, stop = progress(request) if progress else (None, lambda: None)
         try:
             doc = chosen.profile(request, path, report_progress)
@@ -102,7 +104,8 @@ def profile_batches(requests: Sequence[ProfileRequest], outs: Sequence[str], bac
             raise
         finally:
             stop()
-        profiles.append(Profile(doc, path))
+        written = request.outs(path)  # several EC2 types: one file each (the first type's returned)
+        profiles += [Profile(doc, path)] if written == [path] else [profile_file.load(p) for p in written]
     return profiles
 
 

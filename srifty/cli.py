@@ -250,8 +250,9 @@ def profile_cmd(
     if len(requests) > 1:
         click.echo(f"profiles written to {Path(outs[0]).parent}/ (one per batch size; give the directory to "
                    "--profile)", err=True)
-    elif len(requests[0].instance_types) <= 1:  # several EC2 types: the backend named each file
-        click.echo(f"profile written to {outs[0]}", err=True)
+    else:
+        click.echo(f"profile{'s' if len(profiles) > 1 else ''} written to {', '.join(str(p.path) for p in profiles)}",
+                   err=True)
 
 
 def _batch_sizes(text: str | None) -> list[int | None]:

@@ -855,3 +855,30 @@ def Recommendation_mix():
                           interval_ms=(60.0, 200.0), throughput_samples_per_s=640.0,
                           raw_throughput_samples_per_s=640.0, usd_per_hour=1.5, usd_per_million_samples=0.6,
                           interruptions_per_hour=0.0, source="transferred", mixed=True)
+
+
+def test_the_cli_reports_every_type_s_profile(aws, catalog, tmp_path, monkeypatch) -> None:
+    """`srifty profile --instance-types A,B`: one profile file per type, and the table, the JSON
+    and the last line name every one of them, not only the first."""
+    import srifty.api
+    from srifty.cli import cli
+
+    ec2, s3 = aws
+    backend, _ = make_backend(catalog)
+    monkeypatch.setattr(srifty.api, "get_backend", lambda name: backend)
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    args = ["profile", SCRIPT, "--backend", "ec2", "--instance-types", "g4dn.xlarge,g5.xlarge", "--ami", ami,
+            "--s3-uri", S3_URI, "--instance-profile", "srifty-profiler", "--yes", "--out", str(tmp_path / "p.json")]
+    with FakeInstances(ec2, s3) as fake:
+        res = CliRunner().invoke(cli, args)
+        as_json = CliRunner().invoke(cli, [*args, "--json"])
+    assert not fake.errors
+    assert res.exit_code == 0, res.output
+    files = [str(tmp_path / f"p.{t}.profile.json") for t in ("g4dn.xlarge", "g5.xlarge")]
+    assert res.output.rstrip().splitlines()[-1] == f"profiles written to {files[0]}, {files[1]}"
+    table = res.output[res.output.index("Training profiles"):]
+    assert "g4dn.xlarge" in table and "g5.xlarge" in table
+    assert as_json.exit_code == 0, as_json.output
+    doc = json.loads(as_json.output[as_json.output.index("{"):as_json.output.rindex("}") + 1])
+    assert [p["instance_types"] for p in doc["profiles"]] == [["g4dn.xlarge"], ["g5.xlarge"]]
+    assert not (tmp_path / "p.json").exists() and alive(ec2) == []

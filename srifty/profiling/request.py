@@ -96,6 +96,19 @@ class ProfileRequest:
             return self.model_name
         return Path(self.script).stem if self.script else "collectives"
 
+    def type_out(self, out: str, instance_type: str) -> str:
+        """Where one EC2 type's profile goes: ``out`` itself for one type, else
+        ``<stem>.<type>.profile.json`` beside it, one file per type."""
+        if len(self.instance_types) <= 1:
+            return out
+        p = Path(out)
+        stem = p.name[:-len(".profile.json")] if p.name.endswith(".profile.json") else p.stem
+        return str(p.with_name(f"{stem}.{instance_type}.profile.json"))
+
+    def outs(self, out: str) -> list[str]:
+        """Every profile a run with ``out`` writes: one per EC2 type, or ``out``."""
+        return [self.type_out(out, t) for t in self.instance_types] if len(self.instance_types) > 1 else [out]
+
 
 @dataclass
 class WorkerCommand:

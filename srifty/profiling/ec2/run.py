@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Callable
 
 from srifty import profile
@@ -172,7 +171,7 @@ class TypeRuns:
                     f"The node logs are under s3://{loc.bucket}/{plan.keys['logs']}/.",
                 )
             result.doc = self.staging.collect(loc, plan.keys["profile"], instance_type)
-            result.path = self.out_path(request, self.out, instance_type)
+            result.path = request.type_out(self.out, instance_type) if self.out else None
             if result.path:
                 profile.save(result.doc, result.path)
             if result.doc.get("status") == "partial":
@@ -202,14 +201,3 @@ class TypeRuns:
             if time.monotonic() > deadline:
                 return "timeout"
             stop.wait(self.poll_interval)  # wakes at once when the run is stopped
-
-    @staticmethod
-    def out_path(request: ProfileRequest, out: str | None, instance_type: str) -> str | None:
-        """Where one type's profile is saved: ``out`` itself for one type, else one file per type."""
-        if not out:
-            return None
-        if len(request.instance_types) == 1:
-            return out
-        p = Path(out)
-        stem = p.name[:-len(".profile.json")] if p.name.endswith(".profile.json") else p.stem
-        return str(p.with_name(f"{stem}.{instance_type}.profile.json"))
