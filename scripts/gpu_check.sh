@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The profiler on a real CUDA GPU (`make gpu-check`; one GPU, about 5 minutes): the three
 # examples profiled with one worker at three per-worker batch sizes each (NCCL, CUDA-event
-# timers), what `srifty profile` says when asked for more workers than GPUs, `--device cpu`
+# timers) and the tensor memory each counted against the CUDA allocator's peak, what `srifty
+# profile` says when asked for more workers than GPUs, `--device cpu`
 # on a GPU machine, and a prediction and a recommendation made from a GPU profile.
 # The profiles land in OUTDIR/profiles/<model>/b<batch>.json (the ones of 2026-12-04, on an
 # H200, are shipped in profiles/h200; docs/gpu-check.md has that run's output).
@@ -33,6 +34,18 @@ for spec in $BATCHES; do
     echo "wall $((SECONDS - t0)) s"
   done
 done
+
+step "tensor memory the profiler counted against the CUDA caching allocator's peak (job.memory)"
+$PY - "$OUT/profiles" <<'PYEOF'
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*/b*.json")):
+    m = json.loads(f.read_text())["job"].get("memory") or {}
+    mib = lambda k: f"{m[k] / 2**20:,.0f}" if m.get(k) is not None else "-"
+    ratio = m["cuda_max_allocated_bytes"] / m["peak_bytes"] if m.get("peak_bytes") and m.get("cuda_max_allocated_bytes") else None
+    print(f"{f.parent.name:>15} {f.stem:>6}  counted peak {mib('peak_bytes'):>8} MiB  held {mib('held_bytes'):>8} MiB  "
+          f"CUDA allocated {mib('cuda_max_allocated_bytes'):>8} MiB  reserved {mib('cuda_max_reserved_bytes'):>8} MiB"
+          + (f"  allocated/counted {ratio:.2f}" if ratio else ""))
+PYEOF
 
 step "more workers than GPUs (must be refused with a clear message, rc != 0)"
 gpus=$($PY -c 'import torch; print(torch.cuda.device_count())')

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Catalog
 from srifty.errors import SriftyError
-from srifty.features import GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, loose_profile_note
+from srifty.features import (GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, left_out_notes,
+                             loose_profile_note)
 from srifty.model import MODEL_CODE, PART_SOURCES, UNCALIBRATED_NOTE, LatencyModel, catalog_for_jobs, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,6 +127,18 @@ class ModelOracle:
         for part, values in table.sources().items():
             out[part] = values
         out["compute_transfer"] = [",".join(table.compute_transfer(i) or ()) for i in range(len(configs))]
+        # the most per-worker batch one worker of the type can hold in its GPU's memory (inf: unbounded)
+        limit = {str(t): self.job.max_fitting_batch(self.builder.hardware(str(t))) for t in set(types)}
+        out["max_fitting_batch"] = [limit[str(t)] for t in types]
+        # per type, the least per-worker batch that does not fit its GPU (left_out_notes: one note per need)
+        least: dict[str, Any] = {}
+        for i in range(len(configs)):
+            for m in table.memory_short(i):
+                if m.instance_type not in least or m.batch < least[m.instance_type].batch:
+                    least[m.instance_type] = m
+        for note in left_out_notes(list(least.values())):
+            if note not in self.notes:
+                self.notes.append(note)
         return out
 
 
@@ -138,7 +151,7 @@ class CachedOracle:
     """
 
     COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms", "profiled_batch_low",
-               "profiled_batch_high")
+               "profiled_batch_high", "max_fitting_batch")
     TEXT_COLUMNS = ("source",) + PART_SOURCES + ("compute_transfer",)
 
     def __init__(self, make: Any, identity: dict[str, Any], default_batch: int, directory: Any = None) -> None:

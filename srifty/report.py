@@ -65,6 +65,8 @@ def profile_summary(p: Profile) -> dict[str, Any]:
             "param_count": job.get("param_count"),
             "grad_bytes": job.get("grad_bytes"),
             "buckets": len(job.get("buckets") or []),
+            # one worker's tensor memory at its peak (job.memory)
+            "memory_peak_mib": round(mem["peak_bytes"] / 2**20, 1) if (mem := job.get("memory")) else None,
             "iteration_ms": it.get("median"),
             "iteration_ci_ms": [it.get("ci_low"), it.get("ci_high")] if it else None,
             "forward_ms": med("forward_ms"),
@@ -97,8 +99,10 @@ def render_profiles(summaries: Sequence[dict[str, Any]]) -> Any:
     training = [s for s in summaries if s["kind"] == "training"]
     if training:
         t = Table(title="Training profiles (medians, ms)", title_justify="left")
+        memory = any(s.get("memory_peak_mib") is not None for s in training)  # profiles that counted it
         for col in ("model", "instance types", "workers", "batch", "iteration", "95% CI", "forward",
-                    "backward", "exposed comm", "optimizer", "samples/s", "stop", "status"):
+                    "backward", "exposed comm", "optimizer", "samples/s") + (("memory",) if memory else ()) + (
+                    "stop", "status"):
             left = col in ("model", "instance types", "stop", "status")
             t.add_column(col, justify="left" if left else "right", no_wrap=col in ("model", "95% CI", "workers"))
         for s in training:
@@ -115,6 +119,8 @@ def render_profiles(summaries: Sequence[dict[str, Any]]) -> Any:
                 _num(s["exposed_comm_ms"]),
                 _num(s["optimizer_ms"]),
                 _num(s["throughput_samples_per_s"]),
+                *([_fmt_bytes(s["memory_peak_mib"] * 2**20 if s.get("memory_peak_mib") is not None else None)]
+                  if memory else []),
                 s["stop_reason"],
                 s["status"],
             )

@@ -932,7 +932,9 @@ def test_predict_json_shape(model_file: Path) -> None:
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(d) == {"config", "local_batch_size", "iteration_ms", "interval_ms", "throughput_samples_per_s", "source",
-                      "parts", "warnings"}
+                      "parts", "memory_gib", "warnings"}
+    # the trace counts no memory: the floor of its 25,557,032 float32 parameters and their gradients
+    assert d["memory_gib"] == pytest.approx(2 * 4 * 25_557_032 / 2**30, abs=1e-4)
     # the row's own warnings, as stderr says them (an imported trace: its ready times unrecorded, its sync times read)
     assert any("imagenet's gradients become ready" in w for w in d["warnings"])
     assert all(f"warning: 4xg4dn.12xlarge:4: {w}" in res.stderr for w in d["warnings"])

@@ -195,6 +195,13 @@ def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     assert ops["phases"]["forward"]["flops"] == 2 * job["forward_flops"]
     assert ops["phases"]["backward"]["flops"] == 2 * (2 * job["forward_flops"] - 2 * 32 * 64 * 256)
     assert ops["phases"]["optimizer"]["kernels"] >= 6 and ops["phases"]["optimizer"]["flops"] == 0
+    # that iteration's tensor memory: plain SGD keeps no state, so a worker holds its parameters,
+    # their gradients and DDP's buckets (another copy of the gradients) between iterations; the
+    # peak holds at least the two hidden activations ReLU keeps for backward
+    mem = job["memory"]
+    assert mem["batch_size"] == 32 and mem["end_bytes"] == mem["held_bytes"] == 3 * job["grad_bytes"]
+    assert 2 * job["grad_bytes"] <= mem["start_bytes"] <= 3 * job["grad_bytes"]
+    assert mem["peak_bytes"] >= mem["end_bytes"] + 2 * 32 * 256 * 4
     # the counted iteration ran slowed by the count: never among the timed ones
     assert doc["measurement"]["warmup_iterations"] >= 2
     assert doc["schema_version"] == 2 and "input_ms" in doc["summary"]

@@ -227,12 +227,14 @@ class _FakeCatalog:
 
 
 class _FakeOracle:
-    """compute = batch / speed; iteration = compute + overhead(n) + intra-node cost (w − 1)."""
+    """compute = batch / speed; iteration = compute + overhead(n) + intra-node cost (w − 1); a type
+    may hold at most some per-worker batch in its GPU's memory."""
 
     notes: list = []
 
-    def __init__(self, types):
+    def __init__(self, types, max_batch=None):
         self.types = types  # name -> (speed, alpha, beta, gamma)
+        self.max_batch = max_batch or {}  # name -> the most per-worker batch its GPU holds (default: any)
 
     def default_local_batch(self):
         return 32
@@ -247,6 +249,7 @@ class _FakeOracle:
         out = rows.copy()
         out["iteration_ms"], out["interval_low_ms"], out["interval_high_ms"] = it, it * 0.9, it * 1.2
         out["compute_ms"], out["source"] = comp, "predicted"
+        out["max_fitting_batch"] = [self.max_batch.get(t, np.inf) for t in rows["instance_type"]]
         return out
 
 
@@ -256,7 +259,7 @@ def small_catalogs(draw):
     (an equal or faster GPU, a network that may be slower, a price that may be higher), so dominated
     offers, near-dominated ones and exact ties are common."""
     k = draw(st.integers(2, 6))
-    rows, types, figs = [], {}, []
+    rows, types, figs, max_batch = [], {}, [], {}
     for i in range(k):
         if figs and draw(st.booleans()):
             slots, speed, alpha, beta, gamma, od, spot_f, lam = draw(st.sampled_from(figs))
@@ -278,7 +281,8 @@ def small_catalogs(draw):
         types[name] = (speed, alpha, beta, gamma)
         spot = round(od * spot_f, 4) if spot_f is not None else float("nan")
         rows.append(("r1", name, slots, "G", od, spot, lam))
-    return _FakeCatalog(rows), _FakeOracle(types)
+        max_batch[name] = draw(st.sampled_from([float("inf"), float("inf"), 10.0, 40.0, 100.0]))
+    return _FakeCatalog(rows), _FakeOracle(types, max_batch)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -290,8 +294,9 @@ def small_catalogs(draw):
        limits=st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.integers(0, 6), st.booleans()), max_size=2))
 def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr, spot, maxint, hetero, gbs, objective,
                                           limits):
-    """Pruning dominated offers never changes the answer, with capacity limits too: a limit on one
-    type's nodes, or one shared by two types with unequal weights (as a vCPU quota is)."""
+    """Pruning dominated offers never changes the answer, with capacity limits too (a limit on one
+    type's nodes, or one shared by two types with unequal weights, as a vCPU quota is), and GPUs
+    that hold only so much of a per-worker batch; no worker of an answer gets more than its GPU holds."""
     from srifty.capacity import CapacityLimit
     from srifty.catalog import Market
 
@@ -321,6 +326,8 @@ def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr,
         return
     assert not isinstance(a, str), a
     assert a.candidates_evaluated <= b.candidates_evaluated
+    for r in a.recommendations + a.pareto:
+        assert all(batch <= oracle.max_batch[t] * (1 + 1e-9) for t, batch in r.batch_split.items()), r
     x, y = a.chosen, b.chosen
     key = lambda r: (r.throughput_samples_per_s, r.usd_per_hour, r.interruptions_per_hour)  # noqa: E731
     assert key(x) == pytest.approx(key(y), rel=1e-12, abs=1e-12), (x.config, y.config)

@@ -153,7 +153,9 @@ multi-worker steps less its single-worker ones) | default-checked (DDP's usual o
 the trace's sync or step times did not overturn) | default (DDP's usual overlap, neither recorded
 nor read); gradient_source (the gradient size it is simulated with) none | measured | unknown |
 stated | read-from-sync (a trace without param_count: the size whose simulated single-node runs
-match their sync times).
+match their sync times). memory_gib is one worker's tensor memory at its batch, where the profile
+counted it (or, without a count, the floor of parameters and gradients; null where neither is
+known); a row whose GPU cannot hold it says so in its warnings (docs/recommend.md, GPU memory).
 
 Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 """)
@@ -193,7 +195,8 @@ def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: s
         if as_json:
             d = r.to_dict()
             click.echo(json.dumps({k: d[k] for k in ("config", "local_batch_size", "iteration_ms", "interval_ms",
-                                                       "throughput_samples_per_s", "source", "parts", "warnings")}))
+                                                       "throughput_samples_per_s", "source", "parts", "memory_gib",
+                                                       "warnings")}))
         else:
             click.echo(f"{r.config:<40} batch {r.local_batch_size:>5}  {r.iteration_ms:9.1f} ms "
                        f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]  {r.throughput_samples_per_s:10.1f} samples/s"

@@ -26,6 +26,7 @@ from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve
                                  load_corpus, load_job, run_config)
 from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL_AWS_FLOWS, PLACEMENT_GROUP_FLOW_GBPS,
                                    PRIOR_NETWORK_SPREAD, TBF_GOODPUT, LinkScale, mixed_ring_slowest_hosts)
+from srifty.features.memory import MemoryFootprint, MemoryNeed, left_out_notes
 from srifty.features.measured import AllreduceRow, CollectivePoint, load_allreduce_rows, load_collectives
 from srifty.features.overlap import (GRADIENT_SIZE_GRID, OVERLAP_WINDOWS, GradientSizeFit, OverlapFit, derived_sync,
                                      estimate_gradient_size, fit_overlap, sync_error, with_estimated_gradient_size,
@@ -41,7 +42,8 @@ __all__ = [
     "BYTES_PER_PARAM", "LOOSE_PROFILE_CI", "ComputeCurve",
     "JobProfile", "Run", "job_from_profiles", "load_corpus", "load_job", "run_config", "FLOW_GBPS",
     "FRAME_GOODPUT", "MIN_SHORTFALL", "NCCL_AWS_FLOWS", "PLACEMENT_GROUP_FLOW_GBPS", "PRIOR_NETWORK_SPREAD",
-    "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "AllreduceRow", "CollectivePoint",
+    "TBF_GOODPUT", "LinkScale", "mixed_ring_slowest_hosts", "MemoryFootprint", "MemoryNeed", "left_out_notes",
+    "AllreduceRow", "CollectivePoint",
     "load_allreduce_rows", "load_collectives", "GRADIENT_SIZE_GRID", "OVERLAP_WINDOWS", "GradientSizeFit",
     "OverlapFit", "derived_sync", "estimate_gradient_size", "fit_overlap", "sync_error",
     "with_estimated_gradient_size", "with_fitted_overlap",

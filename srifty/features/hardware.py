@@ -57,6 +57,8 @@ class Hardware:
     speed_factors: tuple[tuple[str, float], ...] = ()
     # the further factor per FLOPS figure for convolutions, applied as conv_factor ** (conv FLOP share)
     conv_speed_factors: tuple[tuple[str, float], ...] = ()
+    gpu_name: str = ""
+    gpu_memory_gib: float | None = None  # each GPU's memory (the catalog's); None: no GPU, or not stated
 
     @property
     def hierarchical_allreduce(self) -> bool:
@@ -195,4 +197,5 @@ def hardware_of(catalog: "Catalog", instance_type: str) -> Hardware:
                                              if c.gpu_name == it.gpu_name) if spec else (),
                     intra_kind="nvlink" if re.match(r"\s*(nvlink|nvswitch)", it.intra_node_link or "", re.I) else "pcie",
                     intra_stated=intra_stated,
-                    inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp")
+                    inter_kind="efa" if it.efa_interfaces and (gbps or 0) >= EFA_MIN_GBPS else "tcp",
+                    gpu_name=it.gpu_name or "", gpu_memory_gib=it.gpu_memory_gib if it.gpu_count else None)

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from srifty.configspec import ClusterConfig, from_placement
 from srifty.errors import SriftyError
+from srifty.features.memory import MemoryFootprint, MemoryNeed, max_fitting_batch, memory_need
 from srifty.opmodel import OperatorCounts, StepTerms, step_terms
 
 if TYPE_CHECKING:
+    from srifty.features.hardware import Hardware
     from srifty.features.overlap import OverlapFit
 
 LOOSE_PROFILE_CI = 0.05  # a profile whose median step time is known to worse than ±5% (95% CI) is flagged
@@ -144,6 +146,7 @@ class JobProfile:
     forward_flops_per_sample: float | None = None  # counted by the profiler (torch.utils.flop_counter)
     conv_flop_share: float | None = None  # the share of those FLOPs in convolutions (profiler or trace)
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
+    memory: tuple[MemoryFootprint, ...] = ()  # one worker's tensor memory, per profiled batch (srifty.features.memory)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -165,6 +168,20 @@ class JobProfile:
                               "Re-record them with this srifty (`srifty profile` counts one iteration's operators).")
         return step_terms(self.operators, batch, peak_tflops, mem_gbytes_per_s,
                           (self.host_input_fixed_ms or 0.0) + self.host_input_ms_per_sample * batch)
+
+    def memory_need(self, hw: "Hardware", batch: float) -> MemoryNeed | None:
+        """One worker's tensor memory at ``batch`` against a GPU of ``hw`` (None where either is unknown)."""
+        return memory_need(self.memory, self._stated_grad_bytes(), hw.gpu_memory_gib, hw.gpu_name, hw.name, batch)
+
+    def max_fitting_batch(self, hw: "Hardware") -> float:
+        """The largest per-worker batch one worker can hold on a GPU of ``hw`` (inf: not bounded)."""
+        return max_fitting_batch(self.memory, self._stated_grad_bytes(), hw.gpu_memory_gib)
+
+    def _stated_grad_bytes(self) -> float | None:
+        """The gradient bytes the profiles state (or their parameter count does); None where estimated."""
+        if self.grad_bytes and not self.grad_bytes_estimated:
+            return float(self.grad_bytes)
+        return float(self.param_count * _bytes_per_param(self.precision)) if self.param_count else None
 
     @property
     def instance_types(self) -> list[str]:
@@ -283,6 +300,9 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             if job.operators is not None:
                 job.host_input_ms_per_sample = (input_window_ms(doc) or 0.0) / job.operators.batch_size
                 counted_on = first_instance_type(doc)
+        footprint = MemoryFootprint.from_json(j.get("memory"), j.get("local_batch_size"))
+        if footprint is not None and all(f.batch_size != footprint.batch_size for f in job.memory):
+            job.memory += (footprint,)
         if not job.script and j.get("script"):
             job.script, job.script_args = j["script"], tuple(j.get("args") or ())
         job.sources.append(p.path or "(profile)")

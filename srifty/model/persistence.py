@@ -103,7 +103,8 @@ MODEL_REVISION = 26
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
 MODEL_CODE = tuple(SRIFTY_DIR / f
                    for f in ("features/builder.py", "features/hardware.py", "features/job.py", "features/links.py",
-                             "features/measured.py", "features/overlap.py", "simulate.py", "model/__init__.py",
+                             "features/measured.py", "features/memory.py", "features/overlap.py", "simulate.py",
+                             "model/__init__.py",
                              "model/corpus.py", "model/latency.py", "model/persistence.py", "model/predictor.py",
                              "model/table.py", "opmodel.py", "data/gpu_step_model.json", "data/gpu_specs.csv",
                              "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))

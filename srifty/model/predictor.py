@@ -21,7 +21,7 @@ from srifty import __version__
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
-                             RowEstimate, with_fitted_overlap)
+                             MemoryNeed, RowEstimate, with_fitted_overlap)
 from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError, widens
 from srifty.model.table import table_for, unread_overlap_table
 
@@ -42,12 +42,14 @@ class Prediction:
     source: str  # measured | predicted | transferred
     warnings: list[str] = field(default_factory=list)
     parts: dict[str, Any] = field(default_factory=dict)  # PredictionTable.parts: compute, communication, sources
+    memory_gib: float | None = None  # one worker's tensor memory (PredictionTable.memory_gib)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["interval_ms"] = [round(self.interval_ms[0], 4), round(self.interval_ms[1], 4)]
         d["iteration_ms"] = round(self.iteration_ms, 4)
         d["throughput_samples_per_s"] = round(self.throughput_samples_per_s, 4)
+        d["memory_gib"] = round(self.memory_gib, 4) if self.memory_gib is not None else None
         return d
 
 
@@ -157,9 +159,10 @@ class Predictor:
                          else "the residual's trend in cluster size carries the figure there"))
                 if uncalibrated[i]:
                     warnings.append(UNCALIBRATED_NOTE)
+            warnings += [m.note() for m in table.memory_short(i)]
             out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
                                   config.world_size * b / (it / 1e3), str(table.source[i]), warnings,
-                                  table.parts(i)))
+                                  table.parts(i), table.memory_gib(i)))
         return out
 
 
@@ -179,6 +182,16 @@ class PredictionTable:
     network_source: "np.ndarray"  # NETWORK_SOURCES: where its communication comes from
     overlap_source: "np.ndarray"  # OVERLAP_SOURCES: how much of it backward hides
     gradient_source: "np.ndarray"  # GRADIENT_SOURCES: the gradient size it is simulated with
+    # per row, one worker's tensor memory on each group's GPU (srifty.features.memory; empty: unknown)
+    memory: list[list[MemoryNeed]] = field(default_factory=list)
+
+    def memory_gib(self, i: int) -> float | None:
+        """Row ``i``'s per-worker tensor memory (GiB; the most of its groups'), None where unknown."""
+        return max((m.need_gib for m in self.memory[i]), default=None) if self.memory else None
+
+    def memory_short(self, i: int) -> list[MemoryNeed]:
+        """Row ``i``'s groups whose GPU cannot hold one worker."""
+        return [m for m in self.memory[i] if not m.fits] if self.memory else []
 
     def sources(self) -> dict[str, "np.ndarray"]:
         """Each row's source of each part (PART_SOURCES), as ``parts`` gives them."""
@@ -328,5 +341,7 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
             it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
             compute_source[i] = "measured"
             net_source[i] = hidden[i] = sized[i] = "measured" if config.world_size > 1 else "none"
+    memory = [[m for g in config.groups if (m := builder.job.memory_need(builder.hardware(g.instance_type), b))]
+              for config, b in rows]
     return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source,
-                           hidden, sized)
+                           hidden, sized, memory)

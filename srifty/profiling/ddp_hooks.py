@@ -11,6 +11,7 @@ recorder's open iteration (:mod:`srifty.profiling.recorder` holds that state and
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from torch.nn.parallel import DistributedDataParallel
@@ -34,6 +35,7 @@ class DdpHooks:
     def attach_ddp(self, ddp: DistributedDataParallel) -> None:
         recorder = self.recorder
         params = [p for p in ddp.module.parameters() if p.requires_grad]
+        recorder._ddp = weakref.ref(ddp)
         if not recorder._param_numels:
             recorder._param_numels = [int(p.numel()) for p in params]
         if not recorder.model:
@@ -100,6 +102,7 @@ class DdpHooks:
             )
             if recorder._open is not None:
                 recorder._open.buckets.append(entry)
+            recorder.saw_bucket(entry.index, buf)
             fut = hook(state, bucket)
 
             def done(f: Any) -> Any:
@@ -145,6 +148,7 @@ class DdpHooks:
 
     def on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         recorder = self.recorder
+        recorder._optimizers.add(optimizer)
         recorder._step_started = recorder.clock.mark()
 
     def on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -156,4 +160,6 @@ class DdpHooks:
         recorder._open.optimizer_s += recorder.clock.seconds(end) - recorder.clock.seconds(recorder._step_started)
         recorder._open.steps += 1
         recorder._open.step_end = end
+        if recorder._counter is not None:
+            recorder._counter.mark_held()
         recorder._step_started = None

@@ -112,6 +112,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "tf32_flop_share": tf32_flop_share(model),
             "conv_flop_share": model.get("conv_flop_share"),
             "operators": model.get("operators"),
+            "memory": model.get("memory"),
             "bucket_cap_mb": model.get("bucket_cap_mb"),
             "buckets": layout,
         },

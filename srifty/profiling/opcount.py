@@ -19,9 +19,17 @@ backward, optimizer, other):
 
 The figures go into the profile's ``job.operators`` (docs/profile-format.md); srifty.opmodel turns
 them into a step time on any GPU.
+
+It also follows the memory the iteration holds (``memory()``, the profile's ``job.memory``): the
+tensor storages live when it starts (what :meth:`OperatorCounter.track_start` is given:
+parameters, buffers, gradients, optimizer state, DDP's gradient buckets) and every storage an
+operator creates, each until it is freed, and what is live right after the optimizer step
+(``mark_held``). The most live at once is what a worker's device must hold at that batch, on
+any device.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterable
 
 import torch
@@ -62,6 +70,54 @@ class OperatorCounter(TorchDispatchMode):
         self.phase_of = phase_of
         self.param_numels = {int(n) for n in param_numels if int(n) > 1}
         self.counts = {p: dict.fromkeys(FIELDS, 0) for p in PHASES}
+        self._storages: dict[int, weakref.ref[Any]] = {}  # id of each live storage followed
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.start_bytes = 0
+        self.held_bytes = 0  # the most live right after an optimizer step (mark_held)
+        self.device_type: str | None = None  # the worker's device (its parameters'): only its storages count
+
+    def track(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Count the storages of ``tensors`` as live until they are freed (each storage once,
+        however many views share it)."""
+        for t in tensors:
+            try:
+                self.track_storage(t.untyped_storage())
+            except (RuntimeError, NotImplementedError, TypeError):  # sparse or a subclass without storage
+                continue
+
+    def track_storage(self, storage: Any) -> None:
+        """Count one storage as live until it is freed (only those on the worker's device)."""
+        if self.device_type is not None and storage.device.type != self.device_type:
+            return
+        key = id(storage)
+        if key in self._storages:
+            return
+        nbytes = int(storage.nbytes())
+        self._storages[key] = weakref.ref(storage, lambda _ref, key=key, nbytes=nbytes: self._freed(key, nbytes))
+        self.live_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+
+    def _freed(self, key: int, nbytes: int) -> None:
+        if self._storages.pop(key, None) is not None:
+            self.live_bytes -= nbytes
+
+    def track_start(self, tensors: Iterable[torch.Tensor], storages: Iterable[Any] = ()) -> None:
+        """What is live as the iteration starts: the storages of ``tensors`` (parameters, buffers,
+        gradients, optimizer state; the first one's device is the worker's) and ``storages`` (DDP's
+        gradient buckets)."""
+        tensors = list(tensors)
+        if tensors:
+            self.device_type = tensors[0].device.type
+        self.track(tensors)
+        for storage in storages:
+            self.track_storage(storage)
+        self.start_bytes = self.live_bytes
+
+    def mark_held(self) -> None:
+        """An optimizer step just ended: what is live now (parameters, gradients, optimizer state,
+        DDP's buckets) is held from one iteration to the next, whatever the batch."""
+        self.held_bytes = max(self.held_bytes, self.live_bytes)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -69,6 +125,10 @@ class OperatorCounter(TorchDispatchMode):
         try:
             self._tally(func, args, kwargs, out)
         except Exception:  # noqa: BLE001 - the count is best effort, the user's step is not
+            pass
+        try:
+            self.track(_tensors(out))
+        except Exception:  # noqa: BLE001
             pass
         return out
 
@@ -99,3 +159,8 @@ class OperatorCounter(TorchDispatchMode):
         """The ``job.operators`` block of the profile."""
         return {"batch_size": batch_size, "param_tensors": param_tensors,
                 "phases": {p: dict(v) for p, v in self.counts.items()}}
+
+    def memory(self, batch_size: int | None) -> dict[str, Any]:
+        """The ``job.memory`` block of the profile (bytes of tensor storage on one worker)."""
+        return {"batch_size": batch_size, "start_bytes": self.start_bytes, "peak_bytes": self.peak_bytes,
+                "end_bytes": self.live_bytes, "held_bytes": max(self.held_bytes, self.start_bytes, self.live_bytes)}

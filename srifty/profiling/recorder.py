@@ -19,9 +19,11 @@ import socket
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
@@ -91,6 +93,9 @@ class Recorder:
         self._flops = _FlopCount()
         self._counter: OperatorCounter | None = None
         self._param_numels: list[int] = []
+        self._ddp: Any = None  # weakref to the DDP module (DdpHooks.attach_ddp)
+        self._optimizers: Any = weakref.WeakSet()  # the optimizers that stepped (DdpHooks.on_step_pre)
+        self._bucket_storages: dict[int, Any] = {}  # index -> weakref to DDP's bucket storage (saw_bucket)
         self._in_backward = False
         self.backward_calls = 0
         self.step_calls = 0
@@ -141,6 +146,8 @@ class Recorder:
     def _start_counting(self) -> None:
         try:
             counter = OperatorCounter(self.phase, self._param_numels)
+            counter.track_start(self._state_tensors(),
+                                [b for ref in self._bucket_storages.values() if (b := ref()) is not None])
             counter.__enter__()
             self._counter = counter
         except Exception:  # noqa: BLE001 - never let the counter break the user's job
@@ -153,8 +160,41 @@ class Recorder:
         try:
             counter.__exit__(None, None, None)
             self.model["operators"] = counter.result(it.batch_size, len(self._param_numels))
+            self.model["memory"] = self._memory(counter, it)
         except Exception:  # noqa: BLE001
             pass
+
+    def _state_tensors(self) -> list[Any]:
+        """What a worker holds between iterations: the DDP module's parameters, buffers and
+        gradients, and the state of the optimizers that have stepped."""
+        ddp = self._ddp() if self._ddp is not None else None
+        if ddp is None:
+            return []
+        out = [*ddp.module.parameters(), *ddp.module.buffers()]
+        out += [p.grad for p in ddp.module.parameters() if p.grad is not None]
+        for opt in list(self._optimizers):
+            out += [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+        return out
+
+    def saw_bucket(self, index: int, buffer: Any) -> None:
+        """DDP's comm hook got bucket ``index``'s flat gradient buffer: remember its storage (the
+        next counted iteration starts with it live) and, while counting, count it."""
+        try:
+            storage = buffer.untyped_storage()
+            self._bucket_storages[index] = weakref.ref(storage)
+            if self._counter is not None:
+                self._counter.track_storage(storage)
+        except Exception:  # noqa: BLE001 - the count is best effort, the user's step is not
+            pass
+
+    def _memory(self, counter: OperatorCounter, it: _OpenIteration) -> dict[str, Any]:
+        """The profile's ``job.memory``: the counted iteration's tensor storage on this worker and,
+        on CUDA, what the caching allocator gave out at most since the run started."""
+        out = counter.memory(it.batch_size)
+        if counter.device_type == "cuda":
+            out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+            out["cuda_max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        return out
 
     def _close(self, it: _OpenIteration, end_mark: Any) -> None:
         record = iteration_record(it, end_mark, self.clock, len(self.iterations))

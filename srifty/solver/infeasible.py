@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 FLAG = {"budget": "--budget", "total_budget": "--total-budget", "min_throughput": "--min-throughput",
         "deadline": "--deadline", "spot": "--no-spot", "max_interruption": "--max-interruption",
-        "capacity": "--available/--quotas"}
+        "capacity": "--available/--quotas", "memory": "--batch-size/--global-batch-size"}
 
 
 def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
@@ -84,6 +84,12 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
             lines.append(f"--max-interruption {c.max_interruption:g}/h rules everything out: the least risky "
                          f"configuration meeting the others ({config_of(j)}) expects {rate[j]:.4g} interruptions/h; "
                          f"raise --max-interruption to {rate[j]:.4g}")
+        elif k == "memory":
+            j = pick(idx, price, -thr, rate)
+            lines.append(f"GPU memory rules everything out: {config_of(j)} meets every other constraint at "
+                         f"${price[j]:.2f}/h but one of its workers cannot hold its per-worker batch; give a "
+                         "smaller --batch-size, or a --global-batch-size spread over "
+                         "more GPUs, or allow types with larger GPUs")
     hint = "Relax one of these (each alone is enough)." if len(lines) > 1 else "Relax it as shown."
     if "spot" not in masks and any(k == "budget" for k, _ in blockers) and not c.spot:
         hint += " Allowing --spot may also help."

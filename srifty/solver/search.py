@@ -70,7 +70,11 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     # the most nodes of each offer alone within every limit of its market (inf: none counts it)
     cap_nodes = np.array([min((lim.max_nodes(t) for lim in c.capacity if lim.market is m), default=np.inf)
                           for t, m in zip(offers.instance_type, offers.market)], dtype=float)
-    keep = _prune(offers, tab, mixing, limited=cap_nodes < N) if prune else tab.valid.copy()
+    # an offer whose GPU memory could refuse a per-worker batch the search may give it (at most the
+    # global batch, or the reference batch of every worker there can be) stands in for no other
+    most_batch = float(c.global_batch_size) if c.global_batch_size else b_ref * N * float(offers.slots.max())
+    memory_binds = tab.max_batch < most_batch
+    keep = _prune(offers, tab, mixing, limited=(cap_nodes < N) | memory_binds) if prune else tab.valid.copy()
     keep_i = np.nonzero(keep)[0]
     pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(tab.valid & ~keep)[0]]
     nodes_axis = np.arange(1, N + 1)
@@ -97,7 +101,9 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     thr = np.empty(n_cand); raw = np.empty(n_cand); price = np.empty(n_cand); rate = np.empty(n_cand)
     spot = np.empty(n_cand, bool)
     within = np.ones(n_cand, bool) if len(limits) else None  # inside every capacity limit
+    fits = np.ones(n_cand, bool) if memory_binds[keep_i].any() else None  # every worker's batch fits its GPU
     g_thr = grid["throughput"].to_numpy(dtype=float); g_n = grid["nodes"].to_numpy()
+    g_lb = grid["local_batch_size"].to_numpy(dtype=float)
     is_spot = np.array([m is Market.SPOT for m in offers.market])
 
     if mixing:  # per offer and node split, gathered once (a block then takes whole rows)
@@ -115,6 +121,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             spot[sl] = is_spot[i]
             if within is not None:
                 within[sl] = n <= cap_nodes[i]
+            if fits is not None:
+                fits[sl] = g_lb[idx] <= tab.max_batch[i]
             _goodput_into(thr[sl], raw[sl], rate[sl], ckpt)
             continue
         a, Bs = blk[1], blk[2]
@@ -131,7 +139,11 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             G = wb * fB; G += wa * fA; G *= b_ref
         # iteration = G / S (compute, equalised) + the slower link's overhead at the total node count
         over = np.maximum(over_s[Bs], over_s[a])
-        np.divide(G, S, out=S); S += over  # S now holds the iteration time (ms)
+        np.divide(G, S, out=S)  # S now holds the compute time (ms): a worker's batch is its speed times it
+        if fits is not None:
+            fits[sl].reshape(shp)[:] = ((tab.speed[a] * S <= tab.max_batch[a])
+                                        & (tab.speed[Bs][:, None] * S <= tab.max_batch[Bs][:, None]))
+        S += over  # S now holds the iteration time (ms)
         np.divide(G, S, out=r_raw); r_raw *= 1e3
         cap = cap_b[Bs]
         cap += cap_a[a]
@@ -166,13 +178,19 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         masks["max_interruption"] = rate <= c.max_interruption + 1e-12
     if within is not None:
         masks["capacity"] = within
+    if fits is not None:
+        masks["memory"] = fits
     ok = masks["usable"].copy()
     for k, m in masks.items():
         if k != "usable":
             ok &= m
     feasible_idx = np.flatnonzero(ok)
     if len(feasible_idx) == 0:
-        raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
+        err = explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
+        if "memory" in masks:  # what each type's GPU holds
+            held = [n for n in getattr(oracle, "notes", []) if n.startswith("GPU memory:")]
+            err.hint = " ".join([err.hint or "", *(n + "." for n in held)]).strip()
+        raise err
 
     # ---- rank: a partial sort picks the leaders, a full sort orders only them
     fthr, fprice = thr[feasible_idx], price[feasible_idx]

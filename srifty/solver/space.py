@@ -32,6 +32,8 @@ class _OfferTable:
     hom: "np.ndarray"  # offers × (max slots) × N: raw throughput of n nodes with w workers each (nan: no row)
     rows: dict[int, "np.ndarray"]  # offer -> grid index of its homogeneous rows
     valid: "np.ndarray"
+    # the most per-worker batch one worker can hold in the offer's GPU memory (inf: unbounded)
+    max_batch: "np.ndarray"
 
 
 def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
@@ -42,6 +44,8 @@ def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
     cap = np.zeros((k, N)); over = np.zeros((k, N)); speed = np.zeros(k); profiled = np.zeros((k, 2))
     hom = np.full((k, wmax, N), np.nan)
     valid = np.zeros(k, bool)
+    max_batch = np.full(k, np.inf)
+    g_max = grid["max_fitting_batch"].to_numpy(dtype=float) if "max_fitting_batch" in grid.columns else None
     by_type = grid.groupby("instance_type", sort=False).indices
     g_w = grid["workers_per_node"].to_numpy(); g_n = grid["nodes"].to_numpy()
     g_thr = grid["throughput"].to_numpy(dtype=float); g_over = grid["overhead_ms"].to_numpy(dtype=float)
@@ -62,8 +66,10 @@ def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
         cap[i] = g_thr[full]; over[i] = g_over[full]
         speed[i] = g_lb[full[0]] / g_cmp[full[0]]
         profiled[i] = g_prof[full[0]]
+        if g_max is not None:
+            max_batch[i] = g_max[full[0]]
         hom[i, g_w[idx] - 1, g_n[idx] - 1] = g_thr[idx]
-    return _OfferTable(cap, over, speed, profiled, hom, rows, valid)
+    return _OfferTable(cap, over, speed, profiled, hom, rows, valid, max_batch)
 
 
 def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
