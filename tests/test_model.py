@@ -2176,7 +2176,8 @@ def test_an_efa_network_nobody_measured_may_be_as_slow_as_tcp() -> None:
         rows[config] = json.loads(res.stdout)
     metal_row, measured = rows["2xg4dn.metal:8"], rows["2xg4dn.12xlarge:4"]
     (note,) = [w for w in metal_row["warnings"] if "never measured" in w]
-    assert "the catalog's EFA rate" in note and "down to TCP's prior" in note and "per-flow" not in note
+    assert "the catalog's EFA rate" in note and "down to TCP" in note and "per-flow" not in note
+    assert "measures only that TCP fallback, the interval's slow end" in note  # no sweep measures EFA
     # the interval reaches the step over TCP at the measured type's flows, as the note says
     slow = float(re.search(r"to x([0-9.]+) of the step", note).group(1))
     from srifty import model as m
@@ -2302,9 +2303,11 @@ def _ec2_sweep(tmp_path: Path, itype: str, per_node: int, truth: Any, network: d
     for h in doc["cluster"]["hosts"]:
         h["instance_type"] = itype
     as_sat = replace(truth, placement_group=bool((network or {}).get("placement_group")))
+    tcp = (network or {}).get("transport") == "tcp"  # an EFA type's sweep over TCP: its fallback
     doc["collectives"] = [{**doc["collectives"][0], "world_size": 2 * per_node, "nodes": 2,
                            "workers_per_node": [per_node] * 2, "bytes": b,
-                           "median_ms": float(allreduce_us(cat, [AllreduceRow(itype, 2, per_node, b, 0)], as_sat)[0]) / 1e3}
+                           "median_ms": float(allreduce_us(cat, [AllreduceRow(itype, 2, per_node, b, 0, over_tcp=tcp)],
+                                                           as_sat)[0]) / 1e3}
                           for b in SWEEP_BYTES]
     out = tmp_path / f"{itype}.json"
     out.write_text(json.dumps(doc))
@@ -2362,7 +2365,7 @@ def test_an_efa_type_s_sweep_over_tcp_is_not_fitted_as_its_efa_network(tmp_path)
 
     cat = Catalog.default()
     # about what the TCP fallback gives: the Pollux trace's g4dn.12xlarge flows carry 6.3 Gbit/s of 100
-    tcp = LinkScale(fast_links=(("g4dn.metal", 1.0, 0.06),))
+    tcp = LinkScale(tcp_fallback=(("g4dn.metal", 6.3),))
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     _ec2_sweep(sweep, "g4dn.metal", 8, tcp, {"transport": "tcp", "placement_group": False})
@@ -2379,6 +2382,44 @@ def test_an_efa_type_s_sweep_over_tcp_is_not_fitted_as_its_efa_network(tmp_path)
                str(tmp_path / "m.npz"))
     assert res.returncode == 0, res.stderr
     assert TCP_ON_EFA_NOTE.format(itype="g4dn.metal") in res.stderr
+
+
+def test_an_efa_type_s_tcp_fallback_sets_the_slow_end_of_its_interval(tmp_path) -> None:
+    """The same sweep over TCP across two g4dn.metal nodes, its times what a 6 Gbit/s fallback
+    gives: fit_tcp_fallback recovers the rate, the fitted model keeps it (LinkScale.tcp_fallback),
+    the EFA network stays a prior, and a prediction across g4dn.metal nodes reaches down to that
+    fallback (slower than the TCP prior of 16 flows at 5 Gbit/s), not further."""
+    from dataclasses import replace
+
+    from srifty import model as m
+    from srifty.catalog import Catalog
+    from srifty.comm import fit_tcp_fallback
+    from srifty.configspec import parse_config
+    from srifty.features import LinkScale, hardware_of, load_allreduce_rows, load_corpus
+
+    cat = Catalog.default()
+    truth = LinkScale(tcp_fallback=(("g4dn.metal", 6.0),))
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _ec2_sweep(sweep, "g4dn.metal", 8, truth, {"transport": "tcp", "placement_group": False})
+    rows = load_allreduce_rows([sweep])
+    assert rows and all(r.over_tcp for r in rows)
+    ((itype, gbps),) = fit_tcp_fallback(cat, rows, LinkScale())
+    assert itype == "g4dn.metal" and gbps == pytest.approx(6.0, rel=0.1)
+    res = _run("fit", str(sweep), str(ROOT / "profiles" / "emulated" / "mlp_recsys"), "--quick", "--out",
+               str(tmp_path / "m.npz"))
+    assert res.returncode == 0, res.stderr
+    with_fallback = m.load(str(tmp_path / "m.npz"))
+    assert dict(with_fallback.link_scale.tcp_fallback)["g4dn.metal"] == pytest.approx(gbps)
+    metal = hardware_of(cat, "g4dn.metal")
+    assert not with_fallback.link_scale.network_measured(with_fallback.link_scale.apply(metal))
+    slow = with_fallback.link_scale.prior_inter(with_fallback.link_scale.apply(metal)).gbytes_per_s
+    assert slow == pytest.approx(gbps / 8)  # the measured fallback, not the 80 Gbit/s TCP prior
+    job = load_corpus([str(ROOT / "profiles" / "pollux" / "imagenet")])[0]
+    config = parse_config("2xg4dn.metal:8").resolved(cat)
+    without = m.Predictor(with_fallback.latency, replace(with_fallback.link_scale, tcp_fallback=()), with_fallback.meta)
+    highs = [p.predict(job, cat, [(config, 32)])[0].interval_ms[1] for p in (without, with_fallback)]
+    assert highs[1] > highs[0]  # a fallback slower than the prior reaches further
 
 
 def test_placement_group_speeds_a_flow_limited_network_in_predict() -> None:

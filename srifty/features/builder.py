@@ -124,11 +124,14 @@ def prior_network_note(prior: Sequence[Hardware], low: float, high: float) -> st
     kinds = {h.inter_kind for h in prior}
     source = " and ".join(k for k in ("the instance's rate and AWS's per-flow limit" if "tcp" in kinds else "",
                                       "the catalog's EFA rate" if "efa" in kinds else "") if k)
+    sweep = "`srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE`"
     return (f"the network between {names} nodes was never measured: its bandwidth is a prior from {source} "
             f"(latency-model.md, section 3), and the interval spans x{low:.2f} to x{high:.2f} of the step for it"
-            + (" (down to TCP's prior, which NCCL runs over without the EFA plugin)" if "efa" in kinds else "")
-            + "; `srifty profile --collectives --backend ec2 --nodes 2 --instance-types TYPE` measures it, for a "
-            "model fitted with that profile in its corpus (`srifty fit`)")
+            + (" (down to TCP, which NCCL runs over without the EFA plugin)" if "efa" in kinds else "")
+            + (f"; {sweep} measures it, for a model fitted with that profile in its corpus (`srifty fit`)"
+               if "tcp" in kinds else "")
+            + (f"; srifty's EC2 backend attaches no EFA interface, so its sweep ({sweep}) measures only that TCP "
+               "fallback, the interval's slow end" if "efa" in kinds else ""))
 
 
 def intra_unstated_note(unstated: Sequence[Hardware], low: float, high: float) -> str:

@@ -97,6 +97,11 @@ class LinkScale:
     tcp_node_shares: tuple[tuple[str, int, float], ...] = ()
     # whether the nodes sit in a cluster placement group (AWS: 10 Gbit/s per TCP flow, not 5)
     placement_group: bool = False
+    # EFA types whose TCP fallback was measured (sweeps over TCP: srifty's EC2 backend attaches no
+    # EFA interface): (type, effective Gbit/s as outside a placement group), fitted on those sweeps
+    # (srifty.comm.fit_tcp_fallback). It is the slow end of the type's EFA prior (prior_inter), what
+    # NCCL runs over without the EFA plugin; the EFA network itself stays a prior.
+    tcp_fallback: tuple[tuple[str, float], ...] = ()
 
     def tcp_measured(self, name: str) -> bool:
         """Whether ``name``'s TCP network was measured (its own runs or allreduces)."""
@@ -116,9 +121,14 @@ class LinkScale:
         measured types' figures (flows are NCCL's and AWS's, not the type's), or with nothing
         measured NCCL's 16 flows at AWS's per-flow limit. In a cluster placement group the flows
         carry twice as much (10 Gbit/s per flow, not 5). No measured type and ``inter_efficiency``
-        set (CommModel's grid): the catalog rate times it."""
+        set (CommModel's grid): the catalog rate times it. An EFA type's TCP fallback, where a sweep
+        over TCP measured it (``tcp_fallback``), carries its own figure."""
         cap = hw.inter.gbytes_per_s * 8.0
         measured = dict(self.tcp_links)
+        fallback = dict(self.tcp_fallback)
+        if hw.inter_kind == "efa" and hw.name in fallback:
+            flows = fallback[hw.name] * (PLACEMENT_GROUP_FLOW_GBPS / FLOW_GBPS if self.placement_group else 1.0)
+            return min(cap * FRAME_GOODPUT, flows)
         if not measured and self.inter_efficiency is not None:
             return cap * self.inter_efficiency
         if hw.name in measured:
@@ -141,7 +151,8 @@ class LinkScale:
     def prior_inter(self, scaled: Hardware) -> Link:
         """The slowest the network between nodes of ``scaled`` (``apply``'s figures) may be where
         nobody measured it: PRIOR_NETWORK_SPREAD times slower than its prior, and an EFA type no
-        faster than its TCP prior, which is what NCCL runs over without the EFA plugin."""
+        faster than TCP, which is what NCCL runs over without the EFA plugin (its measured fallback,
+        ``tcp_fallback``, or the TCP prior)."""
         slow = scaled.inter.gbytes_per_s / PRIOR_NETWORK_SPREAD
         if scaled.inter_kind == "efa":
             slow = min(slow, self.tcp_gbps(scaled) / 8.0)

@@ -180,6 +180,7 @@ def load(path: str | Path) -> Predictor:
         link["emulated_mixed_ring"] = tuple(link.get("emulated_mixed_ring", (1.0, 1.0)))
         link["tcp_links"] = tuple(tuple(x) for x in link.get("tcp_links", ()))
         link["tcp_node_shares"] = tuple(tuple(x) for x in link.get("tcp_node_shares", ()))
+        link["tcp_fallback"] = tuple(tuple(x) for x in link.get("tcp_fallback", ()))
         return Predictor(lm, LinkScale(**link), meta)
     except UnsupportedEstimator as exc:
         raise ModelError(f"{p}: {exc.message}", exc.hint) from None
