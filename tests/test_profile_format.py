@@ -118,6 +118,10 @@ def test_version_1_still_reads_and_version_2_checks_the_operator_count(tmp_path:
         (lambda d: d["job"].pop("model"), "job"),
         (lambda d: d["ranks"][0]["iterations"][1].__setitem__("wall_ms", -3), "ranks[0].iterations[1].wall_ms"),
         (lambda d: d.__setitem__("status", "done"), "status"),
+        (lambda d: d["job"].__setitem__("memory", {"batch_size": 8, "start_bytes": 0, "peak_bytes": 1e16}),
+         "job.memory.peak_bytes"),
+        (lambda d: d["job"].__setitem__("memory", {"batch_size": 8, "start_bytes": -1, "peak_bytes": 8}),
+         "job.memory.start_bytes"),
     ],
 )
 def test_wrong_field_is_named(tmp_path: Path, mutate, field: str) -> None:
