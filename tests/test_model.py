@@ -2355,13 +2355,20 @@ def test_a_sweep_in_a_placement_group_fits_the_flows_outside_one(tmp_path) -> No
     assert all(r.over_tcp and not r.placement_group for r in load_allreduce_rows([old]))
 
 
-def test_an_efa_type_s_sweep_over_tcp_is_not_fitted_as_its_efa_network(tmp_path) -> None:
+def test_an_efa_type_s_sweep_over_tcp_sets_only_the_slow_end_of_its_interval(tmp_path) -> None:
     """srifty's EC2 backend attaches no EFA interface, so its sweep across two g4dn.metal nodes
     measures TCP: the EFA efficiency is not fitted on it (as the same rows over EFA would be, at
-    the grid's floor), the type's network stays a prior, and `srifty fit` says why."""
+    the grid's floor), the type's network stays a prior, and `srifty fit` says why. What it
+    measures, the TCP fallback, is fitted (fit_tcp_fallback recovers the rate the sweep was made
+    at), kept by the model (LinkScale.tcp_fallback), and a prediction across g4dn.metal nodes
+    reaches down to it: further than with the TCP prior of 16 flows at 5 Gbit/s."""
+    from dataclasses import replace
+
+    from srifty import model as m
     from srifty.catalog import Catalog
-    from srifty.comm import TCP_ON_EFA_NOTE, fit_fast_links, tcp_on_efa
-    from srifty.features import LinkScale, hardware_of, load_allreduce_rows
+    from srifty.comm import TCP_ON_EFA_NOTE, fit_fast_links, fit_tcp_fallback, tcp_on_efa
+    from srifty.configspec import parse_config
+    from srifty.features import LinkScale, hardware_of, load_allreduce_rows, load_corpus
 
     cat = Catalog.default()
     # about what the TCP fallback gives: the Pollux trace's g4dn.12xlarge flows carry 6.3 Gbit/s of 100
@@ -2372,53 +2379,26 @@ def test_an_efa_type_s_sweep_over_tcp_is_not_fitted_as_its_efa_network(tmp_path)
     rows = load_allreduce_rows([sweep])
     assert rows and all(r.over_tcp for r in rows)
     assert fit_fast_links(cat, rows) == () and tcp_on_efa(cat, rows) == ["g4dn.metal"]
-    from dataclasses import replace
-
     over_efa = [replace(r, over_tcp=False) for r in rows]
     ((itype, _, efa),) = fit_fast_links(cat, over_efa)
     assert itype == "g4dn.metal" and efa == 0.1 and tcp_on_efa(cat, over_efa) == []
     assert not LinkScale(fast_links=fit_fast_links(cat, rows)).network_measured(hardware_of(cat, "g4dn.metal"))
+    ((itype, gbps),) = fit_tcp_fallback(cat, rows, LinkScale())
+    assert itype == "g4dn.metal" and gbps == pytest.approx(6.3, rel=0.1)
     res = _run("fit", str(sweep), str(ROOT / "profiles" / "emulated" / "mlp_recsys"), "--quick", "--out",
                str(tmp_path / "m.npz"))
     assert res.returncode == 0, res.stderr
     assert TCP_ON_EFA_NOTE.format(itype="g4dn.metal") in res.stderr
-
-
-def test_an_efa_type_s_tcp_fallback_sets_the_slow_end_of_its_interval(tmp_path) -> None:
-    """The same sweep over TCP across two g4dn.metal nodes, its times what a 6 Gbit/s fallback
-    gives: fit_tcp_fallback recovers the rate, the fitted model keeps it (LinkScale.tcp_fallback),
-    the EFA network stays a prior, and a prediction across g4dn.metal nodes reaches down to that
-    fallback (slower than the TCP prior of 16 flows at 5 Gbit/s), not further."""
-    from dataclasses import replace
-
-    from srifty import model as m
-    from srifty.catalog import Catalog
-    from srifty.comm import fit_tcp_fallback
-    from srifty.configspec import parse_config
-    from srifty.features import LinkScale, hardware_of, load_allreduce_rows, load_corpus
-
-    cat = Catalog.default()
-    truth = LinkScale(tcp_fallback=(("g4dn.metal", 6.0),))
-    sweep = tmp_path / "sweep"
-    sweep.mkdir()
-    _ec2_sweep(sweep, "g4dn.metal", 8, truth, {"transport": "tcp", "placement_group": False})
-    rows = load_allreduce_rows([sweep])
-    assert rows and all(r.over_tcp for r in rows)
-    ((itype, gbps),) = fit_tcp_fallback(cat, rows, LinkScale())
-    assert itype == "g4dn.metal" and gbps == pytest.approx(6.0, rel=0.1)
-    res = _run("fit", str(sweep), str(ROOT / "profiles" / "emulated" / "mlp_recsys"), "--quick", "--out",
-               str(tmp_path / "m.npz"))
-    assert res.returncode == 0, res.stderr
-    with_fallback = m.load(str(tmp_path / "m.npz"))
-    assert dict(with_fallback.link_scale.tcp_fallback)["g4dn.metal"] == pytest.approx(gbps)
-    metal = hardware_of(cat, "g4dn.metal")
-    assert not with_fallback.link_scale.network_measured(with_fallback.link_scale.apply(metal))
-    slow = with_fallback.link_scale.prior_inter(with_fallback.link_scale.apply(metal)).gbytes_per_s
-    assert slow == pytest.approx(gbps / 8)  # the measured fallback, not the 80 Gbit/s TCP prior
+    fitted = m.load(str(tmp_path / "m.npz"))
+    scale = fitted.link_scale
+    assert dict(scale.tcp_fallback)["g4dn.metal"] == pytest.approx(gbps)
+    metal = scale.apply(hardware_of(cat, "g4dn.metal"))
+    assert not scale.network_measured(metal)
+    assert scale.prior_inter(metal).gbytes_per_s == pytest.approx(gbps / 8)  # not the 80 Gbit/s TCP prior
     job = load_corpus([str(ROOT / "profiles" / "pollux" / "imagenet")])[0]
     config = parse_config("2xg4dn.metal:8").resolved(cat)
-    without = m.Predictor(with_fallback.latency, replace(with_fallback.link_scale, tcp_fallback=()), with_fallback.meta)
-    highs = [p.predict(job, cat, [(config, 32)])[0].interval_ms[1] for p in (without, with_fallback)]
+    prior = m.Predictor(fitted.latency, replace(scale, tcp_fallback=()), fitted.meta)
+    highs = [p.predict(job, cat, [(config, 32)])[0].interval_ms[1] for p in (prior, fitted)]
     assert highs[1] > highs[0]  # a fallback slower than the prior reaches further
 
 
