@@ -144,6 +144,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--nodes", type=params.NODES, default=1, show_default=True, help="With --backend ec2: instances per type (c10d rendezvous).")
 @click.option("--placement-group", is_flag=True, help="With --backend ec2: launch the nodes into a cluster placement group "
               "of the run (10 Gbit/s per TCP flow between them instead of 5), deleted afterwards.")
+@click.option("--subnet-ids", default="", help="With --backend ec2: comma-separated subnets to launch into, one per zone, "
+              "tried in turn for capacity (default: ec2.subnet_ids in the config file, else the default VPC's).")
+@click.option("--security-group-ids", default="", help="With --backend ec2: comma-separated security groups of the "
+              "instances; they must allow all TCP between their members (default: ec2.security_group_ids in the config "
+              "file, else the VPC's default group).")
 @click.option("--region", help="With --backend ec2: AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).")
 @click.option("--max-cost", type=params.non_negative(), help="With --backend ec2: refuse to launch when the estimated worst-case cost (USD) is above this "
               "(default: ec2.max_cost in ~/.config/srifty/config.yaml); below it, a run off a terminal needs no --yes.")
@@ -187,6 +192,8 @@ def profile_cmd(
     spot: bool = False,
     nodes: int = 1,
     placement_group: bool = False,
+    subnet_ids: str = "",
+    security_group_ids: str = "",
     region: str | None = None,
     max_cost: float | None = None,
     s3_uri: str | None = None,
@@ -198,6 +205,7 @@ def profile_cmd(
 ) -> None:
     """Measure a real DDP training script (or the allreduce microbenchmark) and write a profile."""
     from srifty import api, report
+    from srifty.profiling.ec2.config import aws_ids
     from srifty.profiling.launcher import ProfileRequest, get_backend
 
     batches = _batch_sizes(batch_sizes)
@@ -209,6 +217,8 @@ def profile_cmd(
         raise SriftyError("--collectives runs srifty's own benchmark: give no SCRIPT with it.")
     if placement_group and backend != "ec2":
         raise SriftyError("--placement-group places EC2 instances: it needs --backend ec2.")
+    if (subnet_ids or security_group_ids) and backend != "ec2":
+        raise SriftyError("--subnet-ids and --security-group-ids place EC2 instances: they need --backend ec2.")
     if len(batches) > 1 and (collectives or backend == "ec2"):
         raise SriftyError("Several --batch-size values are for training scripts on the local or emulated backend.",
                           "Run one `srifty profile` per batch size with --backend ec2 (each launches instances).")
@@ -225,6 +235,8 @@ def profile_cmd(
             max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,
             instance_types=[t.strip() for t in instance_types.split(",") if t.strip()], spot=spot, nodes=nodes,
             placement_group=placement_group,
+            subnet_ids=list(aws_ids(subnet_ids, "subnet", "--subnet-ids")),
+            security_group_ids=list(aws_ids(security_group_ids, "sg", "--security-group-ids")),
             region=region, max_cost=max_cost, s3_uri=s3_uri, ami=ami, instance_profile=instance_profile,
             time_cap=time_cap, requirements=requirements,
             yes=yes, confirm=launch_prompt() if backend == "ec2" else None,

@@ -167,6 +167,8 @@ class RecordingEc2:
     def run_instances(self, **kwargs: Any) -> Any:
         self.run_calls.append(kwargs)
         zone = kwargs.get("Placement", {}).get("AvailabilityZone")
+        if "SubnetId" in kwargs:  # the subnet's zone
+            zone = self._client.describe_subnets(SubnetIds=[kwargs["SubnetId"]])["Subnets"][0]["AvailabilityZone"]
         if zone in self.no_capacity_in:
             raise ClientError({"Error": {"Code": "InsufficientInstanceCapacity",
                                          "Message": f"We currently do not have sufficient capacity in {zone}."}},
@@ -882,3 +884,75 @@ def test_the_cli_reports_every_type_s_profile(aws, catalog, tmp_path, monkeypatc
     doc = json.loads(as_json.output[as_json.output.index("{"):as_json.output.rindex("}") + 1])
     assert [p["instance_types"] for p in doc["profiles"]] == [["g4dn.xlarge"], ["g5.xlarge"]]
     assert not (tmp_path / "p.json").exists() and alive(ec2) == []
+
+
+def _vpc(ec2, cidr: str = "10.9") -> tuple[str, list[str], list[str], str]:
+    """A VPC that is not the default one: (its id, two zones, a subnet in each, a security group)."""
+    vpc = ec2.create_vpc(CidrBlock=f"{cidr}.0.0/16")["Vpc"]["VpcId"]
+    zones = [z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]][:2]
+    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"{cidr}.{i}.0/24", AvailabilityZone=z)["Subnet"]["SubnetId"]
+               for i, z in enumerate(zones)]
+    sg = ec2.create_security_group(GroupName=f"srifty-nodes-{cidr}", Description="nodes", VpcId=vpc)["GroupId"]
+    return vpc, zones, subnets, sg
+
+
+def test_subnets_and_security_groups_place_the_nodes(aws, catalog, tmp_path) -> None:
+    """--subnet-ids / --security-group-ids: every RunInstances names a subnet (no zone of its
+    own) and the groups; no capacity in the first subnet's zone moves to the next subnet; a
+    subnet without public addresses on launch is said."""
+    ec2, s3 = aws
+    _, zones, subnets, sg = _vpc(ec2)
+    rec = RecordingEc2(ec2, no_capacity_in=(zones[0],))
+    backend, logs = make_backend(catalog, rec)
+    with FakeInstances(ec2, s3) as fake:
+        backend.profile(request(instance_types=["g5.xlarge"], subnet_ids=subnets, security_group_ids=[sg]),
+                        str(tmp_path / "p.json"))
+    assert not fake.errors
+    assert [c["SubnetId"] for c in rec.run_calls] == subnets
+    assert all(c["SecurityGroupIds"] == [sg] and "AvailabilityZone" not in c.get("Placement", {}) for c in rec.run_calls)
+    launched = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+    assert {i["SubnetId"] for i in launched} == {subnets[1]}
+    assert any(f"no capacity in {zones[0]} ({subnets[0]})" in line for line in logs), logs
+    assert any(f"{subnets[0]} gives instances no public address" in line for line in logs), logs
+    assert json.loads((tmp_path / "p.json").read_text())["cluster"]["instance_types"] == ["g5.xlarge"]
+    assert alive(ec2) == []
+
+
+def test_the_config_file_s_subnets_are_the_default_and_bad_ones_are_refused(aws, catalog, tmp_path) -> None:
+    """ec2.subnet_ids and ec2.security_group_ids in the config file stand in for the options (an
+    account without a default VPC sets them once); a subnet that does not exist, two in one zone,
+    or a group of another VPC are refused before anything is launched."""
+    from srifty.cli import cli
+
+    ec2, s3 = aws
+    _, zones, subnets, sg = _vpc(ec2)
+    _, _, _, other_sg = _vpc(ec2, "10.8")
+    write_config(f"ec2: {{subnet_ids: [{subnets[1]}], security_group_ids: [{sg}]}}\n")
+    rec = RecordingEc2(ec2)
+    backend, _ = make_backend(catalog, rec)
+    with FakeInstances(ec2, s3):
+        backend.profile(request(instance_types=["g5.xlarge"]), str(tmp_path / "p.json"))
+    assert [(c["SubnetId"], c["SecurityGroupIds"]) for c in rec.run_calls] == [(subnets[1], [sg])]
+    assert alive(ec2) == []
+    write_config("")
+    same_zone = ec2.create_subnet(VpcId=ec2.describe_subnets(SubnetIds=[subnets[0]])["Subnets"][0]["VpcId"],
+                                  CidrBlock="10.9.7.0/24", AvailabilityZone=zones[0])["Subnet"]["SubnetId"]
+    for kw, message in [
+        ({"subnet_ids": ["subnet-0123456789abcdef0"]}, "--subnet-ids: "),
+        ({"subnet_ids": [subnets[0], same_zone]}, f"are both in {zones[0]}"),
+        ({"subnet_ids": subnets, "security_group_ids": [other_sg]}, f"{other_sg} not in the subnets' VPC"),
+    ]:
+        rec.run_calls.clear()
+        with pytest.raises(SriftyError, match=message):
+            make_backend(catalog, rec)[0].profile(request(instance_types=["g5.xlarge"], **kw), str(tmp_path / "q.json"))
+        assert rec.run_calls == []
+    res = CliRunner().invoke(cli, ["profile", SCRIPT, "--backend", "ec2", "--instance-types", "g5.xlarge",
+                                   "--subnet-ids", "subnet-1,vpc-0123456789abcdef0", "--dry-run"])
+    assert res.exit_code != 0
+    assert "'subnet-1', 'vpc-0123456789abcdef0' are not IDs like subnet-0123456789abcdef0" in str(res.exception)
+    res = CliRunner().invoke(cli, ["profile", SCRIPT, "--backend", "ec2", "--instance-types", "g5.xlarge",
+                                   "--subnet-ids", f"{subnets[0]},{subnets[1]}", "--security-group-ids", sg,
+                                   "--ami", "ami-0123456789", "--s3-uri", S3_URI, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    (req,) = json.loads(res.output[: res.output.index("\n# user data")])["run_instances"]
+    assert req["SubnetId"] == subnets[0] and req["SecurityGroupIds"] == [sg] and "AvailabilityZone" not in req["Placement"]

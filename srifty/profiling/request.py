@@ -51,6 +51,8 @@ class ProfileRequest:
     spot: bool = False
     nodes: int = 1
     placement_group: bool = False  # EC2: the nodes in a cluster placement group of the run
+    subnet_ids: list[str] = field(default_factory=list)  # EC2: subnets to launch into (default: ec2 config)
+    security_group_ids: list[str] = field(default_factory=list)  # EC2: the instances' groups (default: ec2 config)
     # per host type, the per-worker batch its workers get (SRIFTY_BATCH_SIZE; a mix of types on the
     # emulated backend); types not named get batch_size
     batch_by_type: dict[str, int] = field(default_factory=dict)

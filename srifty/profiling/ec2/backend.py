@@ -214,7 +214,9 @@ class Ec2Backend(ProfilingBackend):
         self.validate(request)
         config = Ec2Config.load()
         region = self._region_of(request)
-        setup = RunSetup("<run-id>", self._planned_loc(request), request.ami, [], self.project(request, config))
+        subnets, groups = self._network_ids(request, config)
+        setup = RunSetup("<run-id>", self._planned_loc(request), request.ami, [], self.project(request, config),
+                         subnet_ids=subnets, security_group_ids=groups)
         plans = self.type_plans(request, setup)
         hours = self.billed_hours(request)
         doc = {
@@ -353,12 +355,20 @@ class Ec2Backend(ProfilingBackend):
         config = Ec2Config.load()
         run_id = self.run_id = request.run_id or uuid.uuid4().hex[:12]
         bundle = self.project(request, config)
-        draft = RunSetup(run_id, self._planned_loc(request), request.ami, [], bundle)
+        subnets, groups = self._network_ids(request, config)
+        draft = RunSetup(run_id, self._planned_loc(request), request.ami, [], bundle,
+                         subnet_ids=subnets, security_group_ids=groups)
         self.approve(request, self.type_plans(request, draft), config)
         self._stop.clear()
         with InterruptLatch() as latch:
             setup = self._prepare(request, run_id, bundle)
             return self._type_runs(request, setup, out).run(latch)
+
+    @staticmethod
+    def _network_ids(request: ProfileRequest, config: Ec2Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(subnets, security groups): --subnet-ids / --security-group-ids, else the config file's."""
+        return (tuple(request.subnet_ids) or config.subnet_ids,
+                tuple(request.security_group_ids) or config.security_group_ids)
 
     def _planned_loc(self, request: ProfileRequest) -> S3Location:
         """--s3-uri, or the bucket srifty would create (the account id is not looked up to plan)."""
@@ -369,11 +379,14 @@ class Ec2Backend(ProfilingBackend):
     def _prepare(self, request: ProfileRequest, run_id: str, bundle: ProjectBundle | None) -> RunSetup:
         """The AMI, the zones, the bucket, and the inputs uploaded: nothing is launched yet."""
         ami = self.resolve_ami(request)
-        zones = self.zones()
+        subnets, groups = self._network_ids(request, Ec2Config.load())
+        subnet_of_zone = self.instances.network(subnets, groups, self.clients.region) if subnets or groups else {}
+        zones = list(subnet_of_zone) if subnets else self.zones()
         if not zones:
             raise SriftyError(f"No available zones in {self.clients.region}.", "Check --region.")
         setup = RunSetup(run_id, self.ensure_bucket(request), ami, zones, bundle,
-                         self.create_placement_group(run_id) if request.placement_group else None)
+                         self.create_placement_group(run_id) if request.placement_group else None,
+                         subnets, subnet_of_zone, groups)
         self.upload_inputs(request, setup, self.type_plan(request, request.instance_types[0], setup, 1, request.spot).keys)
         self.log(f"srifty run {run_id}: {', '.join(request.instance_types)} in {self.clients.region}; "
                  f"inputs at {setup.loc.uri('runs', run_id)}; `srifty ec2 cleanup --run-id {run_id}` removes leftovers")

@@ -43,13 +43,18 @@ class Ec2Config:
     """The ``ec2:`` section of srifty's config file, e.g. ``ec2: {max_cost: 20, max_bundle_mb: 100}``.
 
     ``max_cost`` is the default for ``--max-cost`` (a standing limit on what one run may
-    cost); ``max_bundle_mb`` raises or lowers the cap on the project shipped to S3."""
+    cost); ``max_bundle_mb`` raises or lowers the cap on the project shipped to S3;
+    ``subnet_ids`` and ``security_group_ids`` are the defaults of ``--subnet-ids`` and
+    ``--security-group-ids`` (an account without a default VPC sets them once)."""
 
     path: Path
     max_cost: float | None = None
     max_bundle_mb: float | None = None
+    subnet_ids: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
 
-    KEYS = ("max_cost", "max_bundle_mb")
+    KEYS = ("max_cost", "max_bundle_mb", "subnet_ids", "security_group_ids")
+    NUMBERS = ("max_cost", "max_bundle_mb")
 
     @classmethod
     def load(cls, path: Path | None = None) -> "Ec2Config":
@@ -71,7 +76,10 @@ class Ec2Config:
         if not isinstance(section, dict) or set(section) - set(cls.KEYS):
             raise SriftyError(f"{path}: `ec2:` must be a mapping with the keys {', '.join(cls.KEYS)} "
                               f"(got {section!r}).", "For example: `ec2: {max_cost: 20}`.")
-        values = {k: cls._positive(path, k, section.get(k)) for k in cls.KEYS}
+        values: dict[str, Any] = {k: cls._positive(path, k, section.get(k)) for k in cls.NUMBERS}
+        values["subnet_ids"] = aws_ids(section.get("subnet_ids") or [], "subnet", f"{path}: ec2.subnet_ids")
+        values["security_group_ids"] = aws_ids(section.get("security_group_ids") or [], "sg",
+                                               f"{path}: ec2.security_group_ids")
         return cls(path, **values)
 
     @staticmethod
@@ -81,6 +89,25 @@ class Ec2Config:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise SriftyError(f"{path}: ec2.{key} must be a positive number (got {value!r}).")
         return float(value)
+
+
+def aws_ids(values: Any, prefix: str, what: str) -> tuple[str, ...]:
+    """IDs of one kind of AWS resource (``subnet-…``, ``sg-…``), each once: a list, or one
+    comma-separated string (``what`` names the option or key in the error)."""
+    import re
+
+    items = [v.strip() for v in values.split(",")] if isinstance(values, str) else values
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+        raise SriftyError(f"{what} must be a list of {prefix}-… IDs (got {values!r}).")
+    items = [v for v in items if v]
+    bad = [v for v in items if not re.fullmatch(rf"{prefix}-[0-9a-f]{{8,17}}", v)]
+    if bad:
+        raise SriftyError(f"{what}: {', '.join(map(repr, bad))} {'is not an ID' if len(bad) == 1 else 'are not IDs'} "
+                          f"like {prefix}-0123456789abcdef0.", "Copy them from the VPC console or "
+                          f"`aws ec2 describe-{'subnets' if prefix == 'subnet' else 'security-groups'}`.")
+    if len(set(items)) != len(items):
+        raise SriftyError(f"{what} lists an ID twice ({', '.join(items)}).", "Give each once.")
+    return tuple(items)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from srifty.errors import ProfilingFailed, SriftyError, Terminated
 from srifty.profiling.ec2.aws import CAPACITY_ERRORS, AwsClients, client_error_code
@@ -104,6 +104,46 @@ class Instances:
         resp = self.clients.ec2.describe_availability_zones(Filters=[{"Name": "state", "Values": ["available"]}])
         return [z["ZoneName"] for z in resp.get("AvailabilityZones", []) if z.get("ZoneType", "availability-zone") == "availability-zone"]
 
+    def network(self, subnet_ids: Sequence[str], group_ids: Sequence[str], region: str) -> dict[str, str]:
+        """Each subnet's zone (zone -> subnet, in the order given), checked: every one exists,
+        no two share a zone, and the security groups exist (in the subnets' VPC, where subnets are
+        given). A subnet that gives no public address on launch is said: its nodes reach S3 and
+        PyPI only through a NAT gateway or VPC endpoints."""
+        from botocore.exceptions import ClientError
+
+        try:
+            found = {s["SubnetId"]: s for s in self.clients.ec2.describe_subnets(SubnetIds=list(subnet_ids))["Subnets"]
+                     } if subnet_ids else {}
+        except ClientError as exc:
+            if client_error_code(exc) == "InvalidSubnetID.NotFound":
+                raise SriftyError(f"--subnet-ids: {exc.response['Error'].get('Message', exc)} (region {region}).",
+                                  "Give subnets of this region (`aws ec2 describe-subnets`), or --region.") from None
+            raise
+        zones: dict[str, str] = {}
+        for sid in subnet_ids:
+            s = found[sid]
+            if s["AvailabilityZone"] in zones:
+                raise SriftyError(f"--subnet-ids: {zones[s['AvailabilityZone']]} and {sid} are both in "
+                                  f"{s['AvailabilityZone']}.", "Give one subnet per zone (they are tried in turn).")
+            zones[s["AvailabilityZone"]] = sid
+            if not s.get("MapPublicIpOnLaunch"):
+                self.log(f"note: {sid} gives instances no public address: its nodes reach S3 and PyPI only through "
+                         "a NAT gateway or VPC endpoints")
+        vpcs = {s["VpcId"] for s in found.values()}
+        if group_ids:
+            try:
+                groups = self.clients.ec2.describe_security_groups(GroupIds=list(group_ids))["SecurityGroups"]
+            except ClientError as exc:
+                if client_error_code(exc) == "InvalidGroup.NotFound":
+                    raise SriftyError(f"--security-group-ids: {exc.response['Error'].get('Message', exc)} "
+                                      f"(region {region}).", "Give groups of this region and of the subnets' VPC.") from None
+                raise
+            elsewhere = [g["GroupId"] for g in groups if vpcs and g.get("VpcId") not in vpcs]
+            if elsewhere:
+                raise SriftyError(f"--security-group-ids: {', '.join(elsewhere)} not in the subnets' VPC "
+                                  f"({', '.join(sorted(vpcs))}).", "Give groups of the VPC the subnets are in.")
+        return zones
+
     def terminate(self, ids: list[str]) -> None:
         ids = self.registry.alive(ids)
         if not ids:
@@ -113,20 +153,24 @@ class Instances:
             self.clients.ec2.terminate_instances(InstanceIds=batch)
             self.registry.mark_terminated(batch)
 
-    def launch(self, req: dict[str, Any], zones: list[str]) -> tuple[list[dict[str, Any]], str]:
-        """RunInstances in the first zone with capacity; the instances are registered at once."""
+    def launch(self, req: dict[str, Any], targets: list[tuple[str, str | None]]) -> tuple[list[dict[str, Any]], str]:
+        """RunInstances in the first zone (or subnet: ``targets`` are (zone, subnet or None)) with
+        capacity; the instances are registered at once."""
         from botocore.exceptions import ClientError
 
         tried = []
-        for zone in zones:
+        for zone, subnet in targets:
             if self.stop.is_set():
                 raise KeyboardInterrupt
+            placement = {k: v for k, v in req.get("Placement", {}).items() if k != "AvailabilityZone"}
+            where = {"SubnetId": subnet, "Placement": placement} if subnet else \
+                {"Placement": {**placement, "AvailabilityZone": zone}}
             try:
-                resp = self.clients.ec2.run_instances(**{**req, "Placement": {**req.get("Placement", {}), "AvailabilityZone": zone}})
+                resp = self.clients.ec2.run_instances(**{**req, **where})
             except ClientError as exc:
                 if client_error_code(exc) in CAPACITY_ERRORS:
-                    tried.append(zone)
-                    self.log(f"{req['InstanceType']}: no capacity in {zone}, trying the next zone")
+                    tried.append(f"{zone} ({subnet})" if subnet else zone)
+                    self.log(f"{req['InstanceType']}: no capacity in {tried[-1]}, trying the next zone")
                     continue
                 raise
             instances = resp["Instances"]

@@ -53,9 +53,16 @@ class RunSetup:
     run_id: str
     loc: S3Location
     ami: str | None
-    zones: list[str]
+    zones: list[str]  # tried in turn for capacity; with subnets, each subnet's zone in their order
     bundle: ProjectBundle | None  # None with --collectives (srifty's own benchmark)
     placement_group: str | None = None  # the run's cluster placement group (--placement-group)
+    subnet_ids: tuple[str, ...] = ()  # --subnet-ids / ec2.subnet_ids (none: the default VPC)
+    subnet_of_zone: dict[str, str] = field(default_factory=dict)  # looked up (none in a dry run)
+    security_group_ids: tuple[str, ...] = ()  # --security-group-ids / ec2.security_group_ids
+
+    def targets(self) -> list[tuple[str, str | None]]:
+        """Where a type's nodes may launch, in turn: (zone, its subnet, or None in the default VPC)."""
+        return [(z, self.subnet_of_zone.get(z)) for z in self.zones]
 
 
 def object_keys(request: ProfileRequest, instance_type: str, setup: RunSetup, attempt: int) -> dict[str, str]:
@@ -95,12 +102,17 @@ def run_instances_request(request: ProfileRequest, instance_type: str, setup: Ru
         "MaxCount": request.nodes,
         "UserData": user_data,
         "InstanceInitiatedShutdownBehavior": "terminate",
-        "Placement": {"AvailabilityZone": setup.zones[0] if setup.zones else "<first zone of DescribeAvailabilityZones>",
+        "Placement": {**({} if setup.subnet_ids else {"AvailabilityZone": setup.zones[0] if setup.zones
+                                                           else "<first zone of DescribeAvailabilityZones>"}),
                       **({"GroupName": setup.placement_group or placement_group_name(run_id)}
                          if request.placement_group else {})},
         "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
     }
+    if setup.subnet_ids:  # the zone is the subnet's (Instances.launch puts the one it tries)
+        req["SubnetId"] = setup.subnet_ids[0]
+    if setup.security_group_ids:
+        req["SecurityGroupIds"] = list(setup.security_group_ids)
     if request.instance_profile:
         req["IamInstanceProfile"] = {"Name": request.instance_profile}
     if spot:

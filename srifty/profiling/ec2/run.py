@@ -139,7 +139,7 @@ class TypeRuns:
             result.attempts.append(plan.market)
             ids: list[str] = []
             try:
-                instances, zone = self.instances.launch(plan.run_instances, setup.zones)
+                instances, zone = self.instances.launch(plan.run_instances, setup.targets())
                 ids = [x["InstanceId"] for x in instances]
                 ips: list[str] = [x.get("PrivateIpAddress") or "" for x in instances]
                 if not all(ips):
