@@ -938,7 +938,7 @@ def test_the_config_file_s_subnets_are_the_default_and_bad_ones_are_refused(aws,
     same_zone = ec2.create_subnet(VpcId=ec2.describe_subnets(SubnetIds=[subnets[0]])["Subnets"][0]["VpcId"],
                                   CidrBlock="10.9.7.0/24", AvailabilityZone=zones[0])["Subnet"]["SubnetId"]
     for kw, message in [
-        ({"subnet_ids": ["subnet-0123456789abcdef0"]}, "--subnet-ids: "),
+        ({"subnet_ids": ["subnet-0123456789abcdef0"]}, r"The subnets to launch into \(--subnet-ids, or ec2"),
         ({"subnet_ids": [subnets[0], same_zone]}, f"are both in {zones[0]}"),
         ({"subnet_ids": subnets, "security_group_ids": [other_sg]}, f"{other_sg} not in the subnets' VPC"),
     ]:

@@ -361,7 +361,7 @@ class Ec2Backend(ProfilingBackend):
         self.approve(request, self.type_plans(request, draft), config)
         self._stop.clear()
         with InterruptLatch() as latch:
-            setup = self._prepare(request, run_id, bundle)
+            setup = self._prepare(request, run_id, bundle, subnets, groups)
             return self._type_runs(request, setup, out).run(latch)
 
     @staticmethod
@@ -376,10 +376,11 @@ class Ec2Backend(ProfilingBackend):
             return S3Location.parse(request.s3_uri)
         return S3Location(f"srifty-<account-id>-{self._region_of(request)}", "srifty")
 
-    def _prepare(self, request: ProfileRequest, run_id: str, bundle: ProjectBundle | None) -> RunSetup:
-        """The AMI, the zones, the bucket, and the inputs uploaded: nothing is launched yet."""
+    def _prepare(self, request: ProfileRequest, run_id: str, bundle: ProjectBundle | None,
+                 subnets: tuple[str, ...] = (), groups: tuple[str, ...] = ()) -> RunSetup:
+        """The AMI, the zones (or ``subnets``' zones, checked with the security ``groups``), the
+        bucket, and the inputs uploaded: nothing is launched yet."""
         ami = self.resolve_ami(request)
-        subnets, groups = self._network_ids(request, Ec2Config.load())
         subnet_of_zone = self.instances.network(subnets, groups, self.clients.region) if subnets or groups else {}
         zones = list(subnet_of_zone) if subnets else self.zones()
         if not zones:

@@ -116,14 +116,15 @@ class Instances:
                      } if subnet_ids else {}
         except ClientError as exc:
             if client_error_code(exc) == "InvalidSubnetID.NotFound":
-                raise SriftyError(f"--subnet-ids: {exc.response['Error'].get('Message', exc)} (region {region}).",
+                raise SriftyError(f"The subnets to launch into (--subnet-ids, or ec2.subnet_ids in the config file): "
+                                  f"{exc.response['Error'].get('Message', exc)} (region {region}).",
                                   "Give subnets of this region (`aws ec2 describe-subnets`), or --region.") from None
             raise
         zones: dict[str, str] = {}
         for sid in subnet_ids:
             s = found[sid]
             if s["AvailabilityZone"] in zones:
-                raise SriftyError(f"--subnet-ids: {zones[s['AvailabilityZone']]} and {sid} are both in "
+                raise SriftyError(f"The subnets to launch into: {zones[s['AvailabilityZone']]} and {sid} are both in "
                                   f"{s['AvailabilityZone']}.", "Give one subnet per zone (they are tried in turn).")
             zones[s["AvailabilityZone"]] = sid
             if not s.get("MapPublicIpOnLaunch"):
@@ -135,12 +136,14 @@ class Instances:
                 groups = self.clients.ec2.describe_security_groups(GroupIds=list(group_ids))["SecurityGroups"]
             except ClientError as exc:
                 if client_error_code(exc) == "InvalidGroup.NotFound":
-                    raise SriftyError(f"--security-group-ids: {exc.response['Error'].get('Message', exc)} "
-                                      f"(region {region}).", "Give groups of this region and of the subnets' VPC.") from None
+                    raise SriftyError(f"The security groups (--security-group-ids, or ec2.security_group_ids in the "
+                                      f"config file): {exc.response['Error'].get('Message', exc)} "
+                                      f"(region {region}).",
+                                      "Give groups of this region and of the subnets' VPC.") from None
                 raise
             elsewhere = [g["GroupId"] for g in groups if vpcs and g.get("VpcId") not in vpcs]
             if elsewhere:
-                raise SriftyError(f"--security-group-ids: {', '.join(elsewhere)} not in the subnets' VPC "
+                raise SriftyError(f"The security groups: {', '.join(elsewhere)} not in the subnets' VPC "
                                   f"({', '.join(sorted(vpcs))}).", "Give groups of the VPC the subnets are in.")
         return zones
 
