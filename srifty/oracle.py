@@ -130,6 +130,10 @@ class ModelOracle:
         # the most per-worker batch one worker of the type can hold in its GPU's memory (inf: unbounded)
         limit = {str(t): self.job.max_fitting_batch(self.builder.hardware(str(t))) for t in set(types)}
         out["max_fitting_batch"] = [limit[str(t)] for t in types]
+        # one worker's need as a line in its batch (nan: unknown), for the solver's rows and mixes
+        lines = {b: self.job.memory_line(b) or (np.nan, np.nan) for b in set(batches.tolist())}
+        out["memory_fixed_gib"] = [lines[b][0] for b in batches.tolist()]
+        out["memory_per_sample_gib"] = [lines[b][1] for b in batches.tolist()]
         # per type, the least per-worker batch that does not fit its GPU (left_out_notes: one note per need)
         least: dict[str, Any] = {}
         for i in range(len(configs)):
@@ -151,7 +155,7 @@ class CachedOracle:
     """
 
     COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms", "profiled_batch_low",
-               "profiled_batch_high", "max_fitting_batch")
+               "profiled_batch_high", "max_fitting_batch", "memory_fixed_gib", "memory_per_sample_gib")
     TEXT_COLUMNS = ("source",) + PART_SOURCES + ("compute_transfer",)
 
     def __init__(self, make: Any, identity: dict[str, Any], default_batch: int, directory: Any = None) -> None:

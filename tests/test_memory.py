@@ -123,6 +123,9 @@ def test_predict_and_recommend_leave_out_a_gpu_too_small(tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["recommendations"] and all("g4dn" not in r["config"] for r in doc["recommendations"])
+    # each row says what one worker holds on each type, at its share of the batch: 18 GiB and 2 per 32 samples
+    for r in doc["recommendations"]:
+        assert r["memory_gib"] == pytest.approx({t: 18.0 + b / 16 for t, b in r["batch_split"].items()}, abs=1e-3)
     assert any(n.startswith("GPU memory: one worker needs 20.0 GiB") and "the T4 (16.0 GiB) of g4dn.12xlarge, "
                "g4dn.xlarge" in n for n in doc["notes"]), doc["notes"]
     # a global batch spread over more GPUs brings the per-worker batch, and the need, down: at

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from srifty.configspec import ClusterConfig, from_placement
 from srifty.errors import SriftyError
-from srifty.features.memory import MemoryFootprint, MemoryNeed, max_fitting_batch, memory_need
+from srifty.features.memory import MemoryFootprint, MemoryNeed, max_fitting_batch, memory_line, memory_need
 from srifty.opmodel import OperatorCounts, StepTerms, step_terms
 
 if TYPE_CHECKING:
@@ -172,6 +172,10 @@ class JobProfile:
     def memory_need(self, hw: "Hardware", batch: float) -> MemoryNeed | None:
         """One worker's tensor memory at ``batch`` against a GPU of ``hw`` (None where either is unknown)."""
         return memory_need(self.memory, self._stated_grad_bytes(), hw.gpu_memory_gib, hw.gpu_name, hw.name, batch)
+
+    def memory_line(self, batch: float) -> tuple[float, float] | None:
+        """One worker's tensor memory near ``batch``: (GiB held whatever the batch, GiB per sample)."""
+        return memory_line(self.memory, self._stated_grad_bytes(), batch)
 
     def max_fitting_batch(self, hw: "Hardware") -> float:
         """The largest per-worker batch one worker can hold on a GPU of ``hw`` (inf: not bounded)."""

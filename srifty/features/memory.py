@@ -118,6 +118,17 @@ def memory_need(footprints: Sequence[MemoryFootprint], grad_bytes: float | None,
     return None
 
 
+def memory_line(footprints: Sequence[MemoryFootprint], grad_bytes: float | None, batch: float
+                ) -> tuple[float, float] | None:
+    """One worker's need near ``batch`` as a line in the batch, in GiB: (what it holds whatever
+    the batch, what each sample adds), from the footprint nearest ``batch``, else the floor of
+    parameters and gradients (nothing per sample); None where neither is known."""
+    fp = footprint_at(footprints, batch)
+    if fp is not None:
+        return fp.held_bytes / GIB, (fp.peak_bytes - fp.held_bytes) / fp.batch_size / GIB
+    return (2.0 * float(grad_bytes) / GIB, 0.0) if grad_bytes else None
+
+
 def max_fitting_batch(footprints: Sequence[MemoryFootprint], grad_bytes: float | None, gpu_gib: float | None,
                       ) -> float:
     """The largest per-worker batch that fits in ``gpu_gib`` by every measured footprint (inf where

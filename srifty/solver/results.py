@@ -54,6 +54,9 @@ class Recommendation:
     # the types of a configuration across nodes whose network between nodes nobody measured (its
     # parts' network_source is then "prior"): of a mix, those of its two types whose own rows say so
     network_prior_types: list[str] = field(default_factory=list)
+    # one worker's tensor memory on each instance type at its per-worker batch (GiB; the profile's
+    # count, or the floor of parameters and gradients), where the job's memory is known
+    memory_gib: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

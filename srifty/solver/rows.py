@@ -18,6 +18,7 @@ from srifty.solver.space import _Space
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+    import pandas as pd
 
 
 def _pareto(thr: "np.ndarray", price: "np.ndarray") -> "np.ndarray":
@@ -95,6 +96,7 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         sources = {part: str(row[part]) for part in PART_SOURCES if part in grid.columns}
         carried = [str(row.compute_transfer)] if "compute_transfer" in grid.columns else []
         prior = [str(row.instance_type)] if nodes > 1 and sources.get("network_source") == "prior" else []
+        memory = _memory_gib(grid.loc[[blk[2][k]]], split)
     else:
         a, bb, na, nb = _mix_parts(space, blk, k)
         ta, tb = offers.instance_type[a], offers.instance_type[bb]
@@ -133,6 +135,7 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         carried = [str(v) for v in rows["compute_transfer"]] if "compute_transfer" in grid.columns else []
         prior = [t for t in (ta, tb) if "network_source" in grid.columns
                  and (rows.loc[rows["instance_type"] == t, "network_source"] == "prior").any()]
+        memory = _memory_gib(rows, split)
     thr_j, price_j = float(cat["thr"][j]), float(cat["price"][j])
     return Recommendation(
         config=config, market=market, gpus=gpus, nodes=nodes, batch_split=split,
@@ -142,7 +145,21 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         interruptions_per_hour=float(cat["rate"][j]), source=source,
         mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
         usd_to_finish=float(usd_total[j]) if usd_total is not None else None,
-        parts=_parts(it, compute, sources, carried), network_prior_types=prior)
+        parts=_parts(it, compute, sources, carried), network_prior_types=prior, memory_gib=memory)
+
+
+def _memory_gib(rows: "pd.DataFrame", split: dict[str, float]) -> dict[str, float]:
+    """One worker's tensor memory per type at its share of the batch, from the grid ``rows`` of
+    those types (their memory line; none where the oracle gives none or the job's is unknown)."""
+    if "memory_fixed_gib" not in rows.columns:
+        return {}
+    out = {}
+    for t, b in split.items():
+        mine = rows[rows["instance_type"] == t]
+        if len(mine) and not math.isnan(float(mine["memory_fixed_gib"].iloc[0])):
+            fixed, per_sample = (float(mine[c].iloc[0]) for c in ("memory_fixed_gib", "memory_per_sample_gib"))
+            out[t] = round(fixed + per_sample * b, 4)
+    return out
 
 
 def _parts(iteration_ms: float, compute_ms: float, sources: dict[str, str], carried: list[str]) -> dict[str, Any]:
