@@ -134,6 +134,9 @@ class Plan:
             f"| cost | ${p['usd_per_hour']:.2f}/h, ${p['usd_per_million_samples']:.3f} per million samples |",
             f"| where the figure comes from | {p['source']} |",
             f"| global batch | {p['global_batch']:g} ({self.world_size} workers) |",
+            *(["| GPU memory, one worker | " + ", ".join(f"{gib:.1f} GiB on {t}" for t, gib in p["memory_gib"].items())
+               + " of tensor storage (the CUDA context comes on top) |"]
+              if p.get("memory_gib") else []),
             "",
             "Once it runs, compare the job's own iteration time with the interval: the training script "
             "profiled under `srifty profile --backend ec2` on this configuration gives a measured figure.",

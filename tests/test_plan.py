@@ -52,6 +52,12 @@ def test_recommend_writes_a_plan_of_the_chosen_row(tmp_path: Path) -> None:
     assert f"--nproc-per-node {nodes[0]['workers']}" in task["run"] and "$SKYPILOT_NODE_RANK" in task["run"]
     readme = (out / "README.md").read_text()
     assert f"{chosen['iteration_ms']:.1f} ms (5-95% interval {chosen['interval_ms'][0]:.1f}" in readme
+    # what one worker holds on its GPU (the CNN's profile predates the memory count: the floor of
+    # its parameters and gradients, twice its gradient bytes)
+    grad_bytes = json.loads(CNN.read_text())["job"]["grad_bytes"]
+    ((itype, gib),) = chosen["memory_gib"].items()
+    assert gib == pytest.approx(2 * grad_bytes / 2**30, abs=1e-4)
+    assert f"| GPU memory, one worker | {gib:.1f} GiB on {itype} of tensor storage" in readme
 
 
 def node_file_of(n: dict) -> str:
