@@ -108,14 +108,10 @@ def memory_need(footprints: Sequence[MemoryFootprint], grad_bytes: float | None,
     """One worker's need at ``batch`` on a GPU of ``gpu_gib`` (None where the GPU's memory or
     anything about the job's is unknown). ``grad_bytes``: the stated gradient size, for the floor
     where no footprint was measured (give None for an estimated one)."""
-    if not gpu_gib:
+    line = memory_line(footprints, grad_bytes, batch) if gpu_gib else None
+    if line is None:
         return None
-    fp = footprint_at(footprints, batch)
-    if fp is not None:
-        return MemoryNeed(fp.need_bytes(batch) / GIB, float(gpu_gib), gpu_name, instance_type, True, batch)
-    if grad_bytes:
-        return MemoryNeed(2.0 * float(grad_bytes) / GIB, float(gpu_gib), gpu_name, instance_type, False, batch)
-    return None
+    return MemoryNeed(line[0] + line[1] * batch, float(gpu_gib), gpu_name, instance_type, bool(footprints), batch)
 
 
 def memory_line(footprints: Sequence[MemoryFootprint], grad_bytes: float | None, batch: float
