@@ -95,6 +95,10 @@ def test_a_footprint_scales_what_rises_with_the_batch() -> None:
     assert not memory_need([], 9 * 2**30, 16.0, "T4", "g4dn.xlarge", 32).fits
     assert max_fitting_batch([], 9 * 2**30, 16.0) == 0.0 and max_fitting_batch([], 6 * 2**30, 16.0) == math.inf
     assert memory_need([fp], None, None, "", "emu.small", 32) is None  # no GPU memory known: no check
+    # a CUDA profile's peak is the allocator's where that is more (workspaces included)
+    block = {"batch_size": 32, "start_bytes": 11 * 2**30, "peak_bytes": 13 * 2**30}
+    assert MemoryFootprint.from_json(block, None) == fp
+    assert MemoryFootprint.from_json({**block, "cuda_max_allocated_bytes": 14 * 2**30}, None).peak_bytes == 14 * 2**30
 
 
 def _with_memory(tmp_path: Path, held_gib: float, rise_gib: float) -> str:

@@ -9,9 +9,10 @@ optimizer state, DDP's gradient buckets) and the most it holds at once. Those co
 depend on the device, so a CPU profile says what a GPU must hold. At another per-worker batch the
 part above what is held between iterations (activations and temporaries) is scaled with the batch.
 
-Only tensor storage is counted: the CUDA context and the caching allocator's rounding and
-fragmentation come on top, so a configuration whose need lies just under the GPU's memory may
-still run out. Without a measured footprint, a job that states its gradient size still gives a
+Only tensor storage is counted (a CUDA profile's peak is the allocator's own where that is more:
+it includes the libraries' workspaces): the CUDA context and the caching allocator's rounding
+and fragmentation come on top, so a configuration whose need lies just under the GPU's memory
+may still run out. Without a measured footprint, a job that states its gradient size still gives a
 floor: every worker holds its parameters and their gradients, twice the gradient bytes.
 """
 
@@ -41,7 +42,9 @@ class MemoryFootprint:
         if not batch:
             return None
         held = max(int(block.get(k) or 0) for k in ("held_bytes", "start_bytes", "end_bytes"))
-        return cls(int(batch), held, max(int(block["peak_bytes"]), held))
+        # on CUDA, what the caching allocator handed out (workspaces included) where it is more
+        peak = max(int(block["peak_bytes"]), int(block.get("cuda_max_allocated_bytes") or 0))
+        return cls(int(batch), held, max(peak, held))
 
     def need_bytes(self, batch: float) -> float:
         """The storage one worker needs at ``batch``: what it holds between iterations, and the
