@@ -43,7 +43,7 @@ def test_the_counter_follows_every_storage_of_an_iteration() -> None:
     opt.zero_grad(set_to_none=True)  # as a loop does before its next forward
     params = sum(p.numel() * 4 for p in model.parameters())
     peaks = {}
-    for batch in (64, 256):
+    for batch in (64, 1024):
         counter = OperatorCounter(lambda: "forward")
         counter.track_start(_state(model, opt))
         with counter:
@@ -58,8 +58,9 @@ def test_the_counter_follows_every_storage_of_an_iteration() -> None:
         # the peak holds at least the hidden activation ReLU keeps for backward, beyond what is held
         assert counter.peak_bytes - (held + params) >= batch * 512 * 4
         peaks[batch] = counter.peak_bytes - (held + params)
-    # the rise above what is held grows with the batch
-    assert peaks[256] > 3 * peaks[64]
+    # the rise above what is held grows with the batch (16 times the batch: well over 4 times the rise,
+    # whatever the optimizer's own temporaries, which do not grow)
+    assert peaks[1024] > 4 * peaks[64]
     # a storage shared by views counts once
     counter = OperatorCounter(lambda: "forward")
     with counter:
