@@ -127,11 +127,10 @@ class LinkScale:
         measured = dict(self.tcp_links)
         fallback = dict(self.tcp_fallback)
         if hw.inter_kind == "efa" and hw.name in fallback:
-            flows = fallback[hw.name] * (PLACEMENT_GROUP_FLOW_GBPS / FLOW_GBPS if self.placement_group else 1.0)
-            return min(cap * FRAME_GOODPUT, flows)
-        if not measured and self.inter_efficiency is not None:
+            flows = fallback[hw.name]
+        elif not measured and self.inter_efficiency is not None:
             return cap * self.inter_efficiency
-        if hw.name in measured:
+        elif hw.name in measured:
             flows = measured[hw.name]
         elif measured:
             flows = statistics.median(measured.values())
