@@ -46,18 +46,22 @@ class MemoryFootprint:
         peak = max(int(block["peak_bytes"]), int(block.get("cuda_max_allocated_bytes") or 0))
         return cls(int(batch), held, max(peak, held))
 
+    @property
+    def per_sample_bytes(self) -> float:
+        """What each sample of the batch adds: the iteration's rise above what is held, per sample."""
+        return (self.peak_bytes - self.held_bytes) / self.batch_size
+
     def need_bytes(self, batch: float) -> float:
         """The storage one worker needs at ``batch``: what it holds between iterations, and the
         iteration's rise above that scaled with the batch."""
-        return self.held_bytes + (self.peak_bytes - self.held_bytes) * batch / self.batch_size
+        return self.held_bytes + self.per_sample_bytes * batch
 
     def max_batch(self, capacity_bytes: float) -> float:
         """The largest per-worker batch whose need fits in ``capacity_bytes`` (0: none does)."""
-        fixed = self.held_bytes
-        per_sample = (self.peak_bytes - self.held_bytes) / self.batch_size
-        if fixed > capacity_bytes:
+        if self.held_bytes > capacity_bytes:
             return 0.0
-        return math.inf if per_sample <= 0 else (capacity_bytes - fixed) / per_sample
+        per_sample = self.per_sample_bytes
+        return math.inf if per_sample <= 0 else (capacity_bytes - self.held_bytes) / per_sample
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ def memory_line(footprints: Sequence[MemoryFootprint], grad_bytes: float | None,
     parameters and gradients (nothing per sample); None where neither is known."""
     fp = footprint_at(footprints, batch)
     if fp is not None:
-        return fp.held_bytes / GIB, (fp.peak_bytes - fp.held_bytes) / fp.batch_size / GIB
+        return fp.held_bytes / GIB, fp.per_sample_bytes / GIB
     return (2.0 * float(grad_bytes) / GIB, 0.0) if grad_bytes else None
 
 
