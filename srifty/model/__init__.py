@@ -17,9 +17,9 @@ prediction path every command's figures come from.
 from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
 from srifty.model.corpus import (DEFAULT_CORPUS, ROOT, CombinedCatalog, catalog_for_jobs, corpus_paths,
                                  default_predictor, emulated_catalog_path)
-from srifty.model.latency import (EXTRAPOLATION_WIDEN, MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, REGIMES, SHRINK_GRID,
-                                  TREND_ALPHA, UNCALIBRATED_NOTE, LatencyModel, ModelError, ResidualPart,
-                                  gpu_transfer_error)
+from srifty.model.latency import (BIN_MIN_HALF_WIDTH, EXTRAPOLATION_WIDEN, MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH,
+                                  REGIMES, SHRINK_GRID, TREND_ALPHA, UNCALIBRATED_NOTE, LatencyModel, ModelError,
+                                  ResidualPart, gpu_transfer_error)
 from srifty.model.persistence import (MODEL_CODE, MODEL_REVISION, SHIPPED_MODEL, card_is_current, card_path, load,
                                       read_card, save, shipped_model)
 from srifty.model.predictor import (COMPUTE_SOURCES, GRADIENT_SOURCES, NETWORK_SOURCES, OVERLAP_SOURCES, PART_SOURCES,
@@ -32,8 +32,8 @@ __all__ = [
     "FEATURES", "REGIME_FEATURES", "RESIDUAL_FEATURES",
     "DEFAULT_CORPUS", "ROOT", "CombinedCatalog", "catalog_for_jobs", "corpus_paths", "default_predictor",
     "emulated_catalog_path",
-    "EXTRAPOLATION_WIDEN", "MIN_RESIDUAL_ROWS", "NO_RESIDUAL_HALF_WIDTH", "REGIMES", "SHRINK_GRID", "TREND_ALPHA",
-    "UNCALIBRATED_NOTE",
+    "BIN_MIN_HALF_WIDTH", "EXTRAPOLATION_WIDEN", "MIN_RESIDUAL_ROWS", "NO_RESIDUAL_HALF_WIDTH", "REGIMES", "SHRINK_GRID",
+    "TREND_ALPHA", "UNCALIBRATED_NOTE",
     "LatencyModel", "ModelError", "ResidualPart", "gpu_transfer_error",
     "MODEL_CODE", "MODEL_REVISION", "SHIPPED_MODEL", "card_is_current", "card_path", "load", "read_card", "save",
     "shipped_model",
