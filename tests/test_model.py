@@ -1210,6 +1210,19 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     assert any(line.startswith("warning: 2xg5.xlarge:1: the network") for line in one.stderr.splitlines())
 
 
+def test_one_transferred_worker_is_warned_of_its_widening_not_of_communication(model_file: Path) -> None:
+    """One worker on a type with compute carried from another has its interval widened, because the
+    residual saw runs of several workers only; the warning says that, not that its communication
+    features lie outside the training data (it has none). Two such workers get the feature list."""
+    res = _predict("--profile", str(POLLUX / "imagenet"), "-b", "32", "--config", "1xg5.xlarge",
+                   "--config", "2xg5.xlarge", "--model", str(model_file), "--json")
+    assert res.exit_code == 0, res.stderr
+    one, two = (json.loads(line) for line in res.stdout.splitlines())
+    assert [w for w in one["warnings"] if "one worker, its compute carried" in w]
+    assert not [w for w in one["warnings"] if "far outside the training data" in w]
+    assert [w for w in two["warnings"] if "far outside the training data (" in w]
+
+
 def test_predict_takes_several_configs(model_file: Path) -> None:
     """--config given more than once: one row each, in order, and each shared warning said once."""
     args = ["--profile", str(POLLUX / "imagenet"), "-b", "32", "--model", str(model_file)]

@@ -152,7 +152,13 @@ class Predictor:
                     warnings.append(f"measured to ±{ci:.0%} only (95% CI): the interval is that CI")
             else:
                 outside = table.out_of_range[i]
-                if outside and (config.world_size > 1 or est.transferred):
+                if config.world_size == 1 and est.transferred and not est.by_operators and widens(outside):
+                    # the residual's features describe runs of several workers: naming them misleads
+                    # (LatencyModel.predict_interval widens such a row; not one from the operator model)
+                    warnings.append("one worker, its compute carried from another type: the residual model, "
+                                    "trained on runs of several workers, is applied outside them, so the "
+                                    "interval is widened; treat the figure as a rough estimate")
+                elif outside and config.world_size > 1:
                     warnings.append(
                         "far outside the training data (" + ", ".join(outside) + "): " +
                         ("the interval is widened; treat the figure as a rough estimate" if widens(outside)
