@@ -2581,12 +2581,12 @@ def test_accuracy_page_holds_each_fold_s_regimes_to_the_targets() -> None:
     assert "| s | f2 | mixed" not in text and "(1 smaller cells left out)" in text
     assert "2 of the 3 cells meet the MAPE target." in text
     # pooled over the folds: compute-bound 100% inside (too wide), communication-bound 32 of 40 (80%)
-    # the compute-bound rows all lie within ±0.10 in log of the prediction (5% off), the least span
-    # of the interval; of the communication-bound rows, f2's 20 do (5% too fast) and f1's none (10%
+    # the compute-bound rows all lie within ±0.10 in log of the prediction (5% off), twice the
+    # scatter of repeated runs; of the communication-bound rows, f2's 20 do (5% too fast) and f1's none (10%
     # too fast is -0.105 in log)
     assert [round(c["inside_least"], 3) for c in cells] == [1.0, 0.0, 1.0, 1.0]
     assert ("of at least 20 rows; 0 of 2 meet it; s compute-bound 100% (interval too wide, yet 100% lie "
-            "within ±0.10 in log of the prediction, the least the interval spans); "
+            "within ±0.10 in log of the prediction, twice the scatter of repeated runs); "
             "s communication-bound 80% (interval too narrow).") in text
     assert "| s | compute-bound (<10% beyond compute) | 20 | 5.0 | 5.0 (simulator) | 100 | x2.00 | 100 |" in text
     assert "| s | communication-bound (>40%) | 40 | 10.0 | 10.0 (simulator) | 80 | x2.00 | 50 |" in text

@@ -213,9 +213,9 @@ def meets_mape_target(cell: dict[str, Any]) -> bool | None:
 def coverage_verdict(cell: dict[str, Any]) -> str:
     """What a cell of :func:`_cells` misses of the coverage target, in words ("" when it meets it, "few
     rows" when it has fewer than TARGET_MIN_ROWS; its share inside in whole per cent, as the pages print
-    it). A cell too wide whose rows lie within the least span of the interval (±BIN_MIN_HALF_WIDTH in
-    log about the prediction, twice the scatter of repeated measurements) more often than the target's
-    upper share says so: no interval of the model could hold fewer of them."""
+    it). A cell too wide whose rows lie within ±BIN_MIN_HALF_WIDTH in log of the prediction (twice the
+    scatter of repeated measurements, the least the held-out bounds span) more often than the target's
+    upper share says so: no honest interval could hold fewer of them."""
     if cell["rows"] < TARGET_MIN_ROWS:
         return "few rows"
     inside = round(cell["inside_interval"] * 100)
@@ -225,9 +225,9 @@ def coverage_verdict(cell: dict[str, Any]) -> str:
         return ""
     least = round(cell["inside_least"] * 100)
     if least > round(TARGET_INSIDE[1] * 100):
-        # no interval the model gives could hold fewer: it never spans less than this band
+        # an interval narrower than the scatter of repeated runs would promise what they do not keep
         return (f"interval too wide, yet {least}% lie within ±{BIN_MIN_HALF_WIDTH:.2f} in log of the "
-                "prediction, the least the interval spans")
+                "prediction, twice the scatter of repeated runs")
     return "interval too wide"
 
 
@@ -246,8 +246,8 @@ def _cells(rs: Sequence[SplitResult], group: Callable[[SplitResult], "np.ndarray
     into ``labels``): per group with rows, their number, the model's MAPE and signed median error
     (%: predicted over measured, less 1; negative is too fast), the best baseline and its MAPE, the
     share inside the model's interval and its median width (high end over low end; None where a
-    fold has no widths), and the share within ±BIN_MIN_HALF_WIDTH in log of the prediction, the least
-    the interval spans about it (``inside_least``)."""
+    fold has no widths), and the share within ±BIN_MIN_HALF_WIDTH in log of the prediction, twice
+    the scatter of repeated measurements (``inside_least``)."""
     import numpy as np
 
     idx = np.concatenate([group(r) for r in rs])
