@@ -114,6 +114,25 @@ def _with_memory(tmp_path: Path, held_gib: float, rise_gib: float) -> str:
     return str(out)
 
 
+def test_a_worker_that_fits_with_little_to_spare_is_warned_of(tmp_path: Path) -> None:
+    """A need above TIGHT_SHARE of the GPU's memory fits, but the CUDA context and the allocator's
+    rounding are not counted: predict warns of it, and recommend says so of its chosen row."""
+    need = memory_need([MemoryFootprint(32, 19 * 2**30, 21 * 2**30)], None, 22.35, "A10G", "g5.xlarge", 32)
+    assert need.fits and need.tight and "94% of its A10G's 22.4 GiB" in need.tight_note()
+    assert not memory_need([MemoryFootprint(32, 18 * 2**30, 20 * 2**30)], None, 22.35, "A10G", "g5.xlarge", 32).tight
+    profile = _with_memory(tmp_path, 19.0, 2.0)  # 21 GiB at the profiled batch of 32
+    res = run_srifty("predict", "--profile", profile, "--config", "1xg5.xlarge", "--config", "1xg6e.xlarge", "--json")
+    assert res.returncode == 0, res.stderr
+    a10g, l40s = (json.loads(line) for line in res.stdout.splitlines())
+    assert [w for w in a10g["warnings"] if w.startswith("tight in GPU memory: one worker holds at least 21.0 GiB")]
+    assert not any("GPU memory" in w for w in l40s["warnings"])  # the L40S's 44.7 GiB has room
+    res = run_srifty("recommend", "--profile", profile, "--instance-types", "g5.xlarge", "--max-nodes", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["recommendations"][0]["memory_gib"] == {"g5.xlarge": pytest.approx(21.0)}
+    assert [n for n in doc["notes"] if n.startswith("tight in GPU memory") and "on g5.xlarge, 94%" in n]
+
+
 def test_predict_and_recommend_leave_out_a_gpu_too_small(tmp_path: Path) -> None:
     profile = _with_memory(tmp_path, 18.0, 2.0)  # 20 GiB at the profiled batch of 32
     res = run_srifty("predict", "--profile", profile, "--config", "2xg4dn.xlarge", "--config", "1xg5.xlarge", "--json")

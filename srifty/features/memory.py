@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 GIB = float(2**30)
+# a worker that fits but needs more than this share of its GPU's memory is warned of: the count
+# leaves out the CUDA context and the caching allocator's rounding (a judgment for a warning; the
+# need is not raised by it)
+TIGHT_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,18 @@ class MemoryNeed:
     @property
     def fits(self) -> bool:
         return self.need_gib <= self.gpu_gib
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but with less than 1 - TIGHT_SHARE of the GPU's memory to spare."""
+        return self.fits and self.need_gib > TIGHT_SHARE * self.gpu_gib
+
+    def tight_note(self) -> str:
+        """Why a worker that fits may still run out, for a prediction's warnings and recommend's notes."""
+        return (f"tight in GPU memory: one worker holds at least {self.need_gib:.1f} GiB of tensor memory at "
+                f"per-worker batch {self.batch:g} on {self.instance_type}, {self.need_gib / self.gpu_gib:.0%} of its "
+                f"{self.gpu_name or 'GPU'}'s {self.gpu_gib:.1f} GiB; the CUDA context and the caching allocator's "
+                "rounding come on top and may not fit (a smaller per-worker batch leaves room)")
 
     def need_text(self) -> str:
         if self.measured:
