@@ -877,8 +877,9 @@ def test_a_cluster_larger_than_any_trained_on_is_carried_by_the_trend_not_widene
     assert (hi[1], lo[1]) == (hi_w[1], lo_w[1])  # the world size too: widened either way
     monkeypatch.undo()
     notes = [p.warnings for p in pred.predict(job, cat, rows)]
-    assert any("far outside the training data (nodes): the residual's trend in cluster size" in w for w in notes[0])
-    assert any("(nodes, world_size): the interval is widened" in w for w in notes[1])
+    assert any("far outside the training data (node count): the residual's trend in cluster size" in w
+               for w in notes[0])
+    assert any("(node count, worker count): the interval is widened" in w for w in notes[1])
 
 
 def test_a_loose_profile_widens_the_interval_and_says_so(model_file: Path, emu_catalog: Any) -> None:
@@ -1198,7 +1199,7 @@ def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, 
     assert ready == [next(w for w in ready)] and ready[0].startswith("warning: every row (8): ")
     # the four rows of one-GPU types with a spec-ratio compute share how far outside the training
     # data they lie: three named, one counted
-    outside = [w for w in warnings if "far outside the training data" in w and "transferred" in w]
+    outside = [w for w in warnings if "far outside the training data" in w and "compute carried from another type" in w]
     assert len(outside) == 1 and outside[0].count(" at batch ") == 3 and " and 1 more row(s): " in outside[0]
     # rows of one-GPU types, whose unstated intra-node link never holds their ring back, are not told of it
     assert not any("intra-node" in w for w in warnings)

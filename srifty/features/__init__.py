@@ -17,7 +17,8 @@ times show (``overlap``).
 
 from srifty.features.builder import (COMPUTE_TRANSFERS, FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE,
                                      READY_UNKNOWN_NOTE, REGIME_FEATURES, RESIDUAL_FEATURES, FeatureBuilder,
-                                     RowEstimate, busy_peers, gradient_estimated_note, loose_profile_note)
+                                     RowEstimate, busy_peers, feature_words, gradient_estimated_note,
+                                     loose_profile_note)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
                                       CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, both_measured, hardware_of,
@@ -35,7 +36,7 @@ from srifty.features.overlap import (GRADIENT_SIZE_GRID, OVERLAP_WINDOWS, Gradie
 __all__ = [
     "COMPUTE_TRANSFERS", "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES",
     "RESIDUAL_FEATURES",
-    "FeatureBuilder", "RowEstimate", "busy_peers", "gradient_estimated_note", "loose_profile_note",
+    "FeatureBuilder", "RowEstimate", "busy_peers", "feature_words", "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",
     "median_gbytes_per_tflop", "transfer_speeds", "both_measured", "CONV_FLOPS_WEIGHT", "UNKNOWN_CONV_SHARE",

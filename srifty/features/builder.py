@@ -102,6 +102,22 @@ RESIDUAL_FEATURES = [
 # Emulated hosts share one machine: the configuration's total CPU share over the machine's cores
 # (oversubscription slows every host beyond its quota; docs/emulated-cluster.md, "Limits").
 REGIME_FEATURES = {"real": RESIDUAL_FEATURES, "emulated": RESIDUAL_FEATURES + ["cpu_load"]}
+# what each residual feature is, in a warning's words
+FEATURE_WORDS = {
+    "comm_to_compute": "allreduce time against compute",
+    "exposed_to_compute": "exposed communication against compute",
+    "nodes": "node count", "world_size": "worker count", "max_workers_per_node": "workers per node",
+    "min_workers_per_node": "workers per node", "imbalance": "compute imbalance between types",
+    "n_types": "instance types in one configuration", "inter_gbytes_per_s": "network bandwidth between nodes",
+    "intra_gbytes_per_s": "bandwidth within a node", "grad_bytes_estimated": "a gradient size read off sync times",
+    "transferred": "compute carried from another type", "cpu_load": "CPU load of the emulated hosts",
+}
+
+
+def feature_words(names: Sequence[str]) -> str:
+    """Features (and anything else :meth:`LatencyModel.out_of_range` lists) in a warning's words,
+    each said once."""
+    return ", ".join(dict.fromkeys(FEATURE_WORDS.get(n, n) for n in names))
 
 
 # how much an assumption has to move the simulated step before a row is told about it (0.5%)

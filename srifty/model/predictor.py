@@ -21,7 +21,7 @@ from srifty import __version__
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
-                             MemoryNeed, RowEstimate, with_fitted_overlap)
+                             MemoryNeed, RowEstimate, feature_words, with_fitted_overlap)
 from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError, widens
 from srifty.model.table import table_for, unread_overlap_table
 
@@ -160,7 +160,7 @@ class Predictor:
                                     "interval is widened; treat the figure as a rough estimate")
                 elif outside and config.world_size > 1:
                     warnings.append(
-                        "far outside the training data (" + ", ".join(outside) + "): " +
+                        "far outside the training data (" + feature_words(outside) + "): " +
                         ("the interval is widened; treat the figure as a rough estimate" if widens(outside)
                          else "the residual's trend in cluster size carries the figure there"))
                 if uncalibrated[i]:
