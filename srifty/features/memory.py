@@ -83,17 +83,9 @@ class MemoryNeed:
     def fits(self) -> bool:
         return self.need_gib <= self.gpu_gib
 
-    @property
-    def tight(self) -> bool:
-        """Fits, but with less than 1 - TIGHT_SHARE of the GPU's memory to spare."""
-        return self.fits and self.need_gib > TIGHT_SHARE * self.gpu_gib
-
-    def tight_note(self) -> str:
-        """Why a worker that fits may still run out, for a prediction's warnings and recommend's notes."""
-        return (f"tight in GPU memory: one worker holds at least {self.need_gib:.1f} GiB of tensor memory at "
-                f"per-worker batch {self.batch:g} on {self.instance_type}, {self.need_gib / self.gpu_gib:.0%} of its "
-                f"{self.gpu_name or 'GPU'}'s {self.gpu_gib:.1f} GiB; the CUDA context and the caching allocator's "
-                "rounding come on top and may not fit (a smaller per-worker batch leaves room)")
+    def tight_note(self) -> str | None:
+        """Why a worker that fits may still run out (:func:`tight_note`), or None."""
+        return tight_note(self.need_gib, self.gpu_gib, self.gpu_name, self.instance_type, self.batch)
 
     def need_text(self) -> str:
         if self.measured:
@@ -106,6 +98,17 @@ class MemoryNeed:
         """Why it does not fit, for a prediction's warnings."""
         return (f"does not fit in GPU memory: one worker needs {self.need_text()}, and the "
                 f"{self.gpu_name or 'GPU'} of {self.instance_type} has {self.gpu_gib:.1f} GiB")
+
+
+def tight_note(need_gib: float, gpu_gib: float, gpu_name: str, instance_type: str, batch: float) -> str | None:
+    """For a worker that fits but needs more than TIGHT_SHARE of its GPU's memory, why it may still
+    run out (a prediction's warning, recommend's note on its chosen configuration); else None."""
+    if not TIGHT_SHARE * gpu_gib < need_gib <= gpu_gib:
+        return None
+    return (f"tight in GPU memory: one worker holds at least {need_gib:.1f} GiB of tensor memory at per-worker "
+            f"batch {batch:g} on {instance_type}, {need_gib / gpu_gib:.0%} of its {gpu_name or 'GPU'}'s "
+            f"{gpu_gib:.1f} GiB; the CUDA context and the caching allocator's rounding come on top and may not "
+            "fit (a smaller per-worker batch leaves room)")
 
 
 def left_out_notes(needs: Sequence[MemoryNeed]) -> list[str]:

@@ -165,7 +165,7 @@ class Predictor:
                          else "the residual's trend in cluster size carries the figure there"))
                 if uncalibrated[i]:
                     warnings.append(UNCALIBRATED_NOTE)
-            warnings += [m.note() for m in table.memory_short(i)] + [m.tight_note() for m in table.memory_tight(i)]
+            warnings += [m.note() for m in table.memory_short(i)] + table.memory_tight_notes(i)
             out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
                                   config.world_size * b / (it / 1e3), str(table.source[i]), warnings,
                                   table.parts(i), table.memory_gib(i)))
@@ -199,9 +199,10 @@ class PredictionTable:
         """Row ``i``'s groups whose GPU cannot hold one worker."""
         return [m for m in self.memory[i] if not m.fits] if self.memory else []
 
-    def memory_tight(self, i: int) -> list[MemoryNeed]:
-        """Row ``i``'s groups whose GPU holds one worker with little to spare (MemoryNeed.tight)."""
-        return [m for m in self.memory[i] if m.tight] if self.memory else []
+    def memory_tight_notes(self, i: int) -> list[str]:
+        """Row ``i``'s groups whose GPU holds one worker with little to spare, each's note
+        (MemoryNeed.tight_note)."""
+        return [n for m in (self.memory[i] if self.memory else []) if (n := m.tight_note())]
 
     def sources(self) -> dict[str, "np.ndarray"]:
         """Each row's source of each part (PART_SOURCES), as ``parts`` gives them."""

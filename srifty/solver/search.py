@@ -37,7 +37,7 @@ from typing import Any
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
-from srifty.features.memory import MemoryNeed
+from srifty.features.memory import tight_note
 from srifty.oracle import ThroughputOracle
 from srifty.solver.constraints import Constraints, Objective, choose_objective
 from srifty.solver.infeasible import explain_infeasible
@@ -238,12 +238,12 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
 
 def _tight_memory_notes(chosen: Recommendation, catalog: Any) -> list[str]:
     """Notes on the chosen configuration's types whose GPU holds one worker with little to spare
-    (MemoryNeed.tight)."""
+    (srifty.features.memory.tight_note)."""
     out = []
     for t, need in chosen.memory_gib.items():
         hw = catalog.get(t) if catalog.has(t) else None
         if hw is not None and hw.gpu_memory_gib:
-            m = MemoryNeed(need, float(hw.gpu_memory_gib), hw.gpu_name, t, True, chosen.batch_split.get(t, 0.0))
-            if m.tight:
-                out.append(m.tight_note())
+            note = tight_note(need, float(hw.gpu_memory_gib), hw.gpu_name, t, chosen.batch_split.get(t, 0.0))
+            if note:
+                out.append(note)
     return out
