@@ -21,6 +21,7 @@ from srifty.catalog import Catalog
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError
 from srifty.features import hardware_of
+from srifty.features.memory import tight_notes
 from srifty.outputs import atomic_write_text
 
 RDZV_PORT = 29400
@@ -52,6 +53,8 @@ class Plan:
     efa_types: tuple[str, ...] = ()
     # the prediction takes the nodes in a cluster placement group (`recommend --placement-group`)
     placement_group: bool = False
+    # the types whose GPU holds one worker with little to spare (srifty.features.memory.tight_notes)
+    memory_notes: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -137,6 +140,7 @@ class Plan:
             *(["| GPU memory, one worker | " + ", ".join(f"{gib:.1f} GiB on {t}" for t, gib in p["memory_gib"].items())
                + " of tensor storage (the CUDA context comes on top) |"]
               if p.get("memory_gib") else []),
+            *(["", *(f"Warning: {n}." for n in self.memory_notes)] if self.memory_notes else []),
             "",
             "Once it runs, compare the job's own iteration time with the interval: the training script "
             "profiled under `srifty profile --backend ec2` on this configuration gives a measured figure.",
@@ -181,7 +185,7 @@ class Plan:
                 "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
                 "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
                 "efa_types": list(self.efa_types), "placement_group": self.placement_group,
-                "prediction": self.prediction}
+                "memory_notes": list(self.memory_notes), "prediction": self.prediction}
 
 
 def efa_note(types: Sequence[str]) -> str:
@@ -217,7 +221,8 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
             rank_no += 1
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
     return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,
-                efa_types_across(config, catalog), placement_group)
+                efa_types_across(config, catalog), placement_group,
+                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)))
 
 
 def plan_efa_types(plan: dict[str, Any]) -> tuple[str, ...]:

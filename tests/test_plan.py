@@ -64,6 +64,21 @@ def node_file_of(n: dict) -> str:
     return f"node-{n['rank']:02d}-{n['instance_type']}.sh"
 
 
+def test_a_plan_whose_gpu_memory_is_tight_says_so(tmp_path: Path) -> None:
+    """A row whose worker needs more than TIGHT_SHARE of its GPU's memory: the plan's README
+    warns (the CUDA context is not counted), and plan.json keeps the note; one with room does not."""
+    cat = Catalog.default()
+    for need, warned in ((21.0, True), (12.0, False)):
+        row = _row("2xg5.xlarge", {"g5.xlarge": 32.0}, 2, 2)
+        row.memory_gib = {"g5.xlarge": need}
+        plan = make_plan("cnn_resnet", "examples/cnn_resnet.py", (), row, 1, None, cat)
+        write_plan(plan, tmp_path / str(need))
+        readme = (tmp_path / str(need) / "README.md").read_text()
+        notes = json.loads((tmp_path / str(need) / "plan.json").read_text())["memory_notes"]
+        assert ("Warning: tight in GPU memory: one worker holds at least 21.0 GiB" in readme) is warned
+        assert (len(notes) == 1 and "94% of its A10G's 22.4 GiB" in notes[0]) if warned else notes == []
+
+
 def test_a_mix_gets_a_batch_per_type_and_no_skypilot_task(tmp_path: Path) -> None:
     cat = Catalog.default()
     row = _row("2xg5.xlarge+1xg4dn.12xlarge:2", {"g5.xlarge": 40.0, "g4dn.12xlarge": 24.4}, nodes=3, gpus=4)

@@ -111,6 +111,19 @@ def tight_note(need_gib: float, gpu_gib: float, gpu_name: str, instance_type: st
             "fit (a smaller per-worker batch leaves room)")
 
 
+def tight_notes(memory_gib: dict[str, float], batch_split: dict[str, float], catalog: Any) -> list[str]:
+    """:func:`tight_note` of each type of a ranked row (``memory_gib``, ``batch_split``: its
+    per-type need and per-worker batch) whose catalog entry states its GPU's memory."""
+    out = []
+    for t, need in memory_gib.items():
+        hw = catalog.get(t) if catalog.has(t) else None
+        if hw is not None and hw.gpu_memory_gib:
+            note = tight_note(need, float(hw.gpu_memory_gib), hw.gpu_name, t, batch_split.get(t, 0.0))
+            if note:
+                out.append(note)
+    return out
+
+
 def left_out_notes(needs: Sequence[MemoryNeed]) -> list[str]:
     """The solver's notes on types left out for memory (``needs``: per type, the least per-worker
     batch that does not fit): one per need, naming each GPU and its types."""

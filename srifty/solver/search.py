@@ -37,7 +37,7 @@ from typing import Any
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
-from srifty.features.memory import tight_note
+from srifty.features.memory import tight_notes
 from srifty.oracle import ThroughputOracle
 from srifty.solver.constraints import Constraints, Objective, choose_objective
 from srifty.solver.infeasible import explain_infeasible
@@ -229,21 +229,9 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         notes.append(f"pruned {len(pruned)} dominated offer(s) before composing (exact: each has a cheaper-or-equal, "
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
-    notes.extend(_tight_memory_notes(recs[0], catalog))
+    notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
     return Result(obj, reason, c, n_cand, len(grid), pruned, time.perf_counter() - t_start, model_s, recs, pareto,
                   int(len(feasible_idx)), notes)
 
-
-def _tight_memory_notes(chosen: Recommendation, catalog: Any) -> list[str]:
-    """Notes on the chosen configuration's types whose GPU holds one worker with little to spare
-    (srifty.features.memory.tight_note)."""
-    out = []
-    for t, need in chosen.memory_gib.items():
-        hw = catalog.get(t) if catalog.has(t) else None
-        if hw is not None and hw.gpu_memory_gib:
-            note = tight_note(need, float(hw.gpu_memory_gib), hw.gpu_name, t, chosen.batch_split.get(t, 0.0))
-            if note:
-                out.append(note)
-    return out
