@@ -143,9 +143,9 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
                               "worker's compute alone (exposed communication, and what else data parallelism "
                               "costs). The interval promises 90% inside in every row of this table. The last "
                               f"column is the share within ±{BIN_MIN_HALF_WIDTH:.2f} in log of the prediction "
-                              "(−10% to +11%), twice the scatter of repeated measurements and the least the "
-                              "held-out bounds span about the centre: where that share alone is above 95%, no "
-                              "honest interval could hold fewer.", by_regime)
+                              "(−10% to +11%), twice the scatter of repeated runs on a real cluster (the noise "
+                              "floor above; emulated runs scatter further): where that share alone is above 95%, no honest "
+                              "interval could hold fewer.", by_regime)
     lines += render_coverage_verdicts(by_regime)
     lines += render_breakdown("By node count:", report.by_nodes())
     lines += render_fold_regimes(report.by_fold_and_regime())
