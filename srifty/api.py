@@ -323,6 +323,7 @@ class ValidationOutcome:
                   for f in report.floors}
         return {"splits": report.pooled(), "grad_known": known, "by_regime": report.by_regime(),
                 "by_nodes": report.by_nodes(), "by_fold_and_regime": report.by_fold_and_regime(),
+                "by_fold_and_nodes": report.by_fold_and_nodes(),
                 "noise_floor": floors, "allreduce": allreduce,
                 "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(self.batch_scaling),
                 "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu) if self.cpu_to_gpu else None, "notes": self.notes}

@@ -2548,7 +2548,7 @@ def test_accuracy_page_holds_each_fold_s_regimes_to_the_targets() -> None:
     """Every fold by regime (the measured share beyond compute): rows, MAPE, signed median error,
     coverage, and whether the cell meets the MAPE target (at most 10%, in cells of at least 20 rows),
     computed from the rows; the page lists the cells of 20 rows or more, and names each split's
-    regimes whose coverage lies outside 85-95%."""
+    regimes whose coverage lies outside 85-95%; and every fold by node count."""
     from srifty.validate import METHODS, SplitResult, ValidationReport, render_markdown
 
     def fold(name: str, beyond: list[float], predicted: list[float], inside: list[bool]) -> SplitResult:
@@ -2589,5 +2589,11 @@ def test_accuracy_page_holds_each_fold_s_regimes_to_the_targets() -> None:
     assert ("of at least 20 rows; 0 of 2 meet it; s compute-bound 100% (interval too wide, yet 100% lie "
             "within ±0.10 in log of the prediction, twice the scatter of repeated runs); "
             "s communication-bound 80% (interval too narrow).") in text
-    assert "| s | compute-bound (<10% beyond compute) | 20 | 5.0 | 5.0 (simulator) | 100 | x2.00 | 100 |" in text
-    assert "| s | communication-bound (>40%) | 40 | 10.0 | 10.0 (simulator) | 80 | x2.00 | 50 |" in text
+    assert "| s | compute-bound (<10% beyond compute) | 20 | 5.0 | +5.0 | 5.0 (simulator) | 100 | x2.00 | 100 |" in text
+    assert "| s | communication-bound (>40%) | 40 | 10.0 | -7.5 | 10.0 (simulator) | 80 | x2.00 | 50 |" in text
+    # every fold by node count (all rows on 2 nodes): f1's 40 rows and f2's 25, signed medians of
+    # (+5 x20, -20 x10, -10 x10) and (0 x5, -5 x20)
+    assert [(c["fold"], c["group"], c["rows"]) for c in report.by_fold_and_nodes()] == [
+        ("f1", "2 nodes", 40), ("f2", "2 nodes", 25)]
+    assert "| s | f1 | 2 nodes | 40 | 10.0 | -2.5 | 95 | x2.00 |" in text
+    assert "| s | f2 | 2 nodes | 25 | 4.0 | -5.0 | 76 | x2.00 |" in text

@@ -22,14 +22,33 @@ from srifty.validate.results import (METHODS, TARGET_INSIDE, TARGET_MAPE, TARGET
 
 def render_breakdown(title: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
     """A Markdown table of :meth:`ValidationReport.breakdown`'s cells."""
-    lines = ["", title, "", "| split | rows of | rows | model MAPE % | best baseline MAPE % | inside the model's "
-             f"5–95% interval % | its width, high/low (median) | within ±{BIN_MIN_HALF_WIDTH:.2f} in log of the "
-             "prediction % |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["", title, "", "| split | rows of | rows | model MAPE % | signed % (median) | best baseline MAPE % | "
+             "inside the model's 5–95% interval % | its width, high/low (median) | "
+             f"within ±{BIN_MIN_HALF_WIDTH:.2f} in log of the prediction % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for split, cells in table.items():
         for c in cells:
             lines.append(f"| {split} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
-                         f"{c['baseline_mape']:.1f} ({c['baseline']}) | {c['inside_interval'] * 100:.0f} | "
-                         f"{format_ratio(c.get('interval_ratio'))} | {c['inside_least'] * 100:.0f} |")
+                         f"{c['model_signed_median']:+.1f} | {c['baseline_mape']:.1f} ({c['baseline']}) | "
+                         f"{c['inside_interval'] * 100:.0f} | {format_ratio(c.get('interval_ratio'))} | "
+                         f"{c['inside_least'] * 100:.0f} |")
+    return lines
+
+
+def render_fold_nodes(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """A Markdown table of :meth:`ValidationReport.by_fold_and_nodes`'s cells of at least
+    TARGET_MIN_ROWS rows."""
+    kept = [c for c in cells if c["rows"] >= TARGET_MIN_ROWS]
+    lines = ["", f"By fold and node count: each fold's held-out rows by the nodes they ran on, where the fold has at "
+             f"least {TARGET_MIN_ROWS} of them ({len(cells) - len(kept)} smaller cells left out). The signed error "
+             "is the median of predicted over measured, less 1: negative is too fast.", "",
+             "| split | fold | rows of | rows | model MAPE % | signed % (median) | inside % | "
+             "width, high/low (median) |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for c in kept:
+        lines.append(f"| {c['split']} | {c['fold']} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
+                     f"{c['model_signed_median']:+.1f} | {c['inside_interval'] * 100:.0f} | "
+                     f"{format_ratio(c.get('interval_ratio'))} |")
     return lines
 
 
@@ -149,6 +168,7 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
     lines += render_coverage_verdicts(by_regime)
     lines += render_breakdown("By node count:", report.by_nodes())
     lines += render_fold_regimes(report.by_fold_and_regime())
+    lines += render_fold_nodes(report.by_fold_and_nodes())
     lines += ["", ("The learned model does **not** beat every baseline on: " + ", ".join(not_best) + ".")
               if not_best else "The learned model beats every baseline on every fold."]
     pooled_losses = []

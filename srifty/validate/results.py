@@ -169,24 +169,25 @@ class ValidationReport:
         """:meth:`breakdown` by REGIMES: the measured share of the step beyond compute alone."""
         return self.breakdown(_regime_of, [label for label, _ in REGIMES])
 
+    def _by_fold(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]) -> list[dict[str, Any]]:
+        """Every fold's :func:`_cells` by ``group``, each with its split and fold."""
+        return [{"split": r.split, "fold": r.fold, **c} for r in self.results if r.inside is not None
+                for c in _cells([r], group, labels)]
+
     def by_fold_and_regime(self) -> list[dict[str, Any]]:
         """Every fold's :func:`_cells` by REGIMES, each with its split and fold, and whether it
         meets the MAPE target (:func:`meets_mape_target`)."""
-        out = []
-        for r in self.results:
-            if r.inside is None:
-                continue
-            for c in _cells([r], _regime_of, [label for label, _ in REGIMES]):
-                out.append({"split": r.split, "fold": r.fold, **c, "meets_mape_target": meets_mape_target(c)})
-        return out
+        return [{**c, "meets_mape_target": meets_mape_target(c)}
+                for c in self._by_fold(_regime_of, [label for label, _ in REGIMES])]
 
     def by_nodes(self) -> dict[str, list[dict[str, Any]]]:
         """:meth:`breakdown` by node count (NODE_BINS)."""
-        import numpy as np
+        return self.breakdown(_nodes_of, [label for label, _ in NODE_BINS])
 
-        edges = [hi + 0.5 for _, hi in NODE_BINS[:-1]]
-        return self.breakdown(lambda r: np.digitize(r.nodes, edges) if r.nodes is not None
-                              else np.full(r.n, -1), [label for label, _ in NODE_BINS])
+    def by_fold_and_nodes(self) -> list[dict[str, Any]]:
+        """Every fold's :func:`_cells` by node count (NODE_BINS), each with its split and fold: how
+        a model never seen is missed as its cluster grows."""
+        return self._by_fold(_nodes_of, [label for label, _ in NODE_BINS])
 
 
 # Regimes of a row, by its measured share of the step beyond its slowest worker's compute alone
@@ -238,6 +239,15 @@ def _regime_of(r: SplitResult) -> "np.ndarray":
     if r.beyond_compute is None:
         return np.full(r.n, -1)
     return np.digitize(r.beyond_compute, [hi for _, hi in REGIMES[:-1]])
+
+
+def _nodes_of(r: SplitResult) -> "np.ndarray":
+    """Each row's index into NODE_BINS (-1 where the fold does not say)."""
+    import numpy as np
+
+    if r.nodes is None:
+        return np.full(r.n, -1)
+    return np.digitize(r.nodes, [hi + 0.5 for _, hi in NODE_BINS[:-1]])
 
 
 def _cells(rs: Sequence[SplitResult], group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
