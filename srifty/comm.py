@@ -202,8 +202,6 @@ def fit_tcp_allreduce(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: L
     (LinkScale.tcp_links) minimising the median absolute log error of the allreduce estimate on
     them, over efficiencies on the catalog rate from 1% to 100% (the other figures of ``scale``
     fixed)."""
-    import numpy as np
-
     known, _ = rows_in_catalog(catalog, rows)
     out = []
     for itype in sorted({r.instance_type for r in known if r.nodes >= 2}):
@@ -211,12 +209,22 @@ def fit_tcp_allreduce(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: L
         if hw.emulated or hw.inter_kind != "tcp":
             continue
         mine = [r for r in known if r.instance_type == itype and r.nodes >= 2]
-        y = np.array([r.us for r in mine])
-        cap = hw.inter.gbytes_per_s * 8.0
-        best = min((float(np.median(np.abs(np.log(allreduce_us(catalog, mine, replace(
-            scale, tcp_links=((itype, cap * e),))) / y)))), cap * e) for e in TCP_ALLREDUCE_GRID)
-        out.append((itype, round(best[1], 4)))
+        out.append((itype, _best_tcp_gbps(catalog, mine, scale, itype, "tcp_links")))
     return tuple(out)
+
+
+def _best_tcp_gbps(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: LinkScale, itype: str,
+                   field: str) -> float:
+    """The Gbit/s of ``itype``'s TCP path, set as ``scale``'s ``field`` (``tcp_links`` or
+    ``tcp_fallback``), whose allreduce estimate of ``rows`` has the least median absolute log error,
+    over TCP_ALLREDUCE_GRID efficiencies on the catalog rate (rounded as LinkScale keeps it)."""
+    import numpy as np
+
+    y = np.array([r.us for r in rows])
+    cap = hardware_of(catalog, itype).inter.gbytes_per_s * 8.0
+    best = min((float(np.median(np.abs(np.log(allreduce_us(catalog, rows, replace(
+        scale, **{field: ((itype, cap * e),)})) / y)))), cap * e) for e in TCP_ALLREDUCE_GRID)
+    return round(best[1], 4)
 
 
 TCP_ON_EFA_NOTE = ("the allreduce sweeps across {itype} nodes ran over TCP (srifty's EC2 backend attaches no EFA "
@@ -240,17 +248,11 @@ def fit_tcp_fallback(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: Li
     effective Gbit/s of that fallback (LinkScale.tcp_fallback, as outside a placement group)
     minimising the median absolute log error of the allreduce estimate on them, over efficiencies
     on the catalog rate from 1% to 100% (the other figures of ``scale`` fixed)."""
-    import numpy as np
-
     known, _ = rows_in_catalog(catalog, rows)
     out = []
     for itype in tcp_on_efa(catalog, known):
         mine = [r for r in known if r.instance_type == itype and r.nodes >= 2 and r.over_tcp]
-        y = np.array([r.us for r in mine])
-        cap = hardware_of(catalog, itype).inter.gbytes_per_s * 8.0
-        best = min((float(np.median(np.abs(np.log(allreduce_us(catalog, mine, replace(
-            scale, tcp_fallback=((itype, cap * e),))) / y)))), cap * e) for e in TCP_ALLREDUCE_GRID)
-        out.append((itype, round(best[1], 4)))
+        out.append((itype, _best_tcp_gbps(catalog, mine, scale, itype, "tcp_fallback")))
     return tuple(out)
 
 
