@@ -41,15 +41,21 @@ def render_fold_nodes(cells: Sequence[dict[str, Any]]) -> list[str]:
     kept = [c for c in cells if c["rows"] >= TARGET_MIN_ROWS]
     lines = ["", f"By fold and node count: each fold's held-out rows by the nodes they ran on, where the fold has at "
              f"least {TARGET_MIN_ROWS} of them ({len(cells) - len(kept)} smaller cells left out). The signed error "
-             "is the median of predicted over measured, less 1: negative is too fast.", "",
-             "| split | fold | rows of | rows | model MAPE % | signed % (median) | inside % | "
-             "width, high/low (median) |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
-    for c in kept:
-        lines.append(f"| {c['split']} | {c['fold']} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
-                     f"{c['model_signed_median']:+.1f} | {c['inside_interval'] * 100:.0f} | "
-                     f"{format_ratio(c.get('interval_ratio'))} |")
-    return lines
+             "is the median of predicted over measured, less 1: negative is too fast.", "", FOLD_COLUMNS, FOLD_RULE]
+    return lines + [_fold_row(c) for c in kept]
+
+
+FOLD_COLUMNS = ("| split | fold | rows of | rows | model MAPE % | signed % (median) | inside % | "
+                "width, high/low (median) |")
+FOLD_RULE = "|---|---|---|---:|---:|---:|---:|---:|"
+
+
+def _fold_row(c: dict[str, Any]) -> str:
+    """A fold's cell (:meth:`ValidationReport.by_fold_and_regime` or ``by_fold_and_nodes``) as the
+    FOLD_COLUMNS of a Markdown row."""
+    return (f"| {c['split']} | {c['fold']} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
+            f"{c['model_signed_median']:+.1f} | {c['inside_interval'] * 100:.0f} | "
+            f"{format_ratio(c.get('interval_ratio'))} |")
 
 
 def render_fold_regimes(cells: Sequence[dict[str, Any]]) -> list[str]:
@@ -62,12 +68,8 @@ def render_fold_regimes(cells: Sequence[dict[str, Any]]) -> list[str]:
              "predicted over measured, less 1: negative is too fast. Coverage is held to its target per split "
              "(the table by regime above): a model never seen is one draw of the folds, and the interval is as "
              "wide as the furthest miss of a model held out of the fit.", "",
-             "| split | fold | rows of | rows | model MAPE % | signed % (median) | inside % | "
-             "width, high/low (median) | meets the MAPE target? |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for c in kept:
-        lines.append(f"| {c['split']} | {c['fold']} | {c['group']} | {c['rows']} | {c['model_mape']:.1f} | "
-                     f"{c['model_signed_median']:+.1f} | {c['inside_interval'] * 100:.0f} | "
-                     f"{format_ratio(c.get('interval_ratio'))} | {'yes' if c['meets_mape_target'] else 'no'} |")
+             FOLD_COLUMNS + " meets the MAPE target? |", FOLD_RULE + "---|"]
+    lines += [_fold_row(c) + f" {'yes' if c['meets_mape_target'] else 'no'} |" for c in kept]
     short = sum(1 for c in kept if not c["meets_mape_target"])
     lines += ["", f"{len(kept) - short} of the {len(kept)} cells meet the MAPE target."]
     return lines
@@ -163,8 +165,8 @@ def render_markdown(report: ValidationReport, command: str, corpus: Sequence[str
                               "costs). The interval promises 90% inside in every row of this table. The last "
                               f"column is the share within ±{BIN_MIN_HALF_WIDTH:.2f} in log of the prediction "
                               "(−10% to +11%), twice the scatter of repeated runs on a real cluster (the noise "
-                              "floor above; emulated runs scatter further): where that share alone is above 95%, no honest "
-                              "interval could hold fewer.", by_regime)
+                              "floor above; emulated runs scatter further): where that share alone is above 95%, "
+                              "no honest interval could hold fewer.", by_regime)
     lines += render_coverage_verdicts(by_regime)
     lines += render_breakdown("By node count:", report.by_nodes())
     lines += render_fold_regimes(report.by_fold_and_regime())

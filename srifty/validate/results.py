@@ -215,8 +215,8 @@ def coverage_verdict(cell: dict[str, Any]) -> str:
     """What a cell of :func:`_cells` misses of the coverage target, in words ("" when it meets it, "few
     rows" when it has fewer than TARGET_MIN_ROWS; its share inside in whole per cent, as the pages print
     it). A cell too wide whose rows lie within ±BIN_MIN_HALF_WIDTH in log of the prediction (twice the
-    scatter of repeated runs on a real cluster, STEP_FLOOR_SCATTER; emulated runs scatter further) more often than
-    the target's upper share says so: no honest interval could hold fewer of them."""
+    scatter of repeated runs on a real cluster, STEP_FLOOR_SCATTER; emulated runs scatter further) more
+    often than the target's upper share says so: no honest interval could hold fewer of them."""
     if cell["rows"] < TARGET_MIN_ROWS:
         return "few rows"
     inside = round(cell["inside_interval"] * 100)
