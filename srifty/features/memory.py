@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from srifty.features.hardware import hardware_of
+
 GIB = float(2**30)
 # a worker that fits but needs more than this share of its GPU's memory is warned of: the count
 # leaves out the CUDA context and the caching allocator's rounding (a judgment for a warning; the
@@ -113,14 +115,13 @@ def tight_note(need_gib: float, gpu_gib: float, gpu_name: str, instance_type: st
 
 def tight_notes(memory_gib: dict[str, float], batch_split: dict[str, float], catalog: Any) -> list[str]:
     """:func:`tight_note` of each type of a ranked row (``memory_gib``, ``batch_split``: its
-    per-type need and per-worker batch) whose catalog entry states its GPU's memory."""
+    per-type need and per-worker batch) whose GPU's memory is known (its Hardware, as predictions
+    read it)."""
     out = []
     for t, need in memory_gib.items():
-        hw = catalog.get(t) if catalog.has(t) else None
-        if hw is not None and hw.gpu_memory_gib:
-            note = tight_note(need, float(hw.gpu_memory_gib), hw.gpu_name, t, batch_split.get(t, 0.0))
-            if note:
-                out.append(note)
+        hw = hardware_of(catalog, t)
+        if hw.gpu_memory_gib and (note := tight_note(need, hw.gpu_memory_gib, hw.gpu_name, t, batch_split.get(t, 0.0))):
+            out.append(note)
     return out
 
 

@@ -234,4 +234,3 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
     return Result(obj, reason, c, n_cand, len(grid), pruned, time.perf_counter() - t_start, model_s, recs, pareto,
                   int(len(feasible_idx)), notes)
-
