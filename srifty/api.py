@@ -14,7 +14,7 @@ Errors are :class:`srifty.errors.SriftyError` (a message and a hint).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -289,6 +289,8 @@ class ValidationOutcome:
     batch_scaling: list[Any]
     cpu_to_gpu: Any  # srifty.cpu_to_gpu.CpuToGpuCheck, None without CPU and GPU profiles
     corpora: list[str]
+    # srifty.validate.TimelineCheck per model with a CPU profile's ready times (not with --quick)
+    cpu_timeline: list[Any] = field(default_factory=list)
 
     def markdown(self, command: str, plot_ref: str | None = None) -> str:
         """docs/ACCURACY.md: every table, headed by the ``command`` that produced it and linking
@@ -303,6 +305,7 @@ class ValidationOutcome:
                 + v.render_allreduce(self.allreduce, self.allreduce_notes)
                 + v.render_gpu_transfer(self.gpu_transfer, self.gpu_transfer_notes)
                 + (cpu_to_gpu.render(self.cpu_to_gpu, shipped_step_model(), command) if self.cpu_to_gpu else "")
+                + v.render_cpu_timeline(self.cpu_timeline)
                 + v.render_batch_scaling(self.batch_scaling))
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,7 +329,8 @@ class ValidationOutcome:
                 "by_fold_and_nodes": report.by_fold_and_nodes(),
                 "noise_floor": floors, "allreduce": allreduce,
                 "gpu_transfer": gpu_transfer, "batch_scaling": v.batch_scaling_summary(self.batch_scaling),
-                "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu) if self.cpu_to_gpu else None, "notes": self.notes}
+                "cpu_to_gpu": cpu_to_gpu.summary(self.cpu_to_gpu) if self.cpu_to_gpu else None,
+                "cpu_timeline": v.timeline_summary(self.cpu_timeline), "notes": self.notes}
 
     @property
     def notes(self) -> list[str]:
@@ -348,6 +352,8 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
     real_jobs: list[JobProfile] = []
     batch_jobs: dict[str, list[JobProfile]] = {}  # compute at another batch: every corpus, by name
     allreduce, allreduce_notes = measured_allreduce()
+    cpu = m.ROOT / "profiles" / "cpu"
+    timeline: list[Any] = []
     for path in paths:
         jobs = load_corpus([path])
         batch_jobs[Path(path).name] = jobs
@@ -362,6 +368,9 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
         v.validate(jobs, cat, quick=quick, splits=splits, progress=lambda line, p=prefix: say(p + line),
                    collectives=load_collectives([path]), prefix=prefix, report=report,
                    allreduce=() if emulated else allreduce)
+        if not emulated and not quick and cpu.exists():  # CPU profiles' gradient timelines on the GPUs
+            timeline += v.validate_cpu_timeline(jobs, cat, cpu, quick, load_collectives([path]), allreduce,
+                                                progress=lambda line, p=prefix: say(p + line))
     checks, comm_notes = [], []
     if real_jobs:  # the communication model of real clusters, checked on measured nccl-tests allreduces
         say("allreduce: nccl-tests rows against the communication model")
@@ -371,7 +380,7 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
         scale = comm.link_scale_
         checks, comm_notes = v.validate_allreduce(cat, scale, allreduce, allreduce_notes)
     transfer, transfer_notes = v.validate_gpu_transfer(Catalog.default())  # compute across GPUs
-    h200, cpu = m.ROOT / "profiles" / "h200", m.ROOT / "profiles" / "cpu"
+    h200 = m.ROOT / "profiles" / "h200"
     if h200.exists():  # the examples on an H200 (make gpu-check), three batches each
         batch_jobs["h200"] = load_corpus([str(h200)])
     batch_checks = v.validate_batch_scaling(batch_jobs)
@@ -381,7 +390,8 @@ def validate(corpora: Sequence[str] = (), quick: bool = False, say: Say = _quiet
         shipped = m.shipped_model()
         cpu_gpu = cpu_to_gpu.validate_cpu_to_gpu(cpu, h200, Catalog.default(),
                                                  m.load(shipped) if shipped else m.default_predictor(), real_jobs)
-    return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths)
+    return ValidationOutcome(report, checks, comm_notes, transfer, transfer_notes, batch_checks, cpu_gpu, paths,
+                             timeline)
 
 
 def validate_holdout(paths: Sequence[str], model_path: str | None = None, say: Say = _quiet) -> HeldOutCheck:

@@ -746,6 +746,72 @@ def test_an_unrecorded_gradient_timeline_widens_the_interval_to_no_overlap(pollu
     assert READY_UNKNOWN_NOTE not in est.notes and est.step_bounds == (1.0, 1.0)
 
 
+def test_ready_times_recorded_on_a_cpu_are_set_aside_on_gpus_and_kept_on_cpu_hosts() -> None:
+    """A CPU runs backward's layers at other relative speeds than a GPU: on GPUs a CPU profile's
+    recorded ready times give way to DDP's usual overlap, with the interval reaching none of the
+    allreduce hidden; on emulated CPU hosts, and for ready times recorded on a GPU, they hold."""
+    import dataclasses
+
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty import model as m
+    from srifty.features import READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE, FeatureBuilder, load_job
+
+    scale = m.load(m.SHIPPED_MODEL).link_scale
+    cat = Catalog.default()
+    job = load_job(ROOT / "profiles/local/transformer_lm.json")
+    assert job.ready_device == "cpu" and job.ready_fractions is not None and job.ready_fractions[0] < 0.9
+    config = parse_config("2xg4dn.12xlarge").resolved(cat)
+    on_cpu = FeatureBuilder(job, cat, scale).estimate(config, 8)
+    unrecorded = FeatureBuilder(dataclasses.replace(job, ready_fractions=None), cat, scale).estimate(config, 8)
+    on_gpu = FeatureBuilder(dataclasses.replace(job, ready_device="cuda"), cat, scale).estimate(config, 8)
+    # the buckets become ready evenly over backward, as with no ready times recorded
+    assert on_cpu.sim_ms == pytest.approx(unrecorded.sim_ms) and on_cpu.step_bounds == unrecorded.step_bounds
+    assert on_cpu.overlap_unknown and READY_ON_CPU_NOTE in on_cpu.notes and READY_UNKNOWN_NOTE not in on_cpu.notes
+    # ready times recorded on a GPU hold: its first bucket is ready early, so more of the allreduce hides
+    assert on_gpu.sim_ms < on_cpu.sim_ms and not on_gpu.overlap_unknown
+    assert on_gpu.step_bounds[1] < on_cpu.step_bounds[1] and READY_ON_CPU_NOTE not in on_gpu.notes
+    # on CPU hosts they hold, from a CPU profile
+    emu_job = load_job(ROOT / "profiles/emulated/cnn_resnet")
+    emu_cat = m.catalog_for_jobs([emu_job])
+    emu = parse_config("2xemu.small+1xemu.net").resolved(emu_cat)
+    kept = FeatureBuilder(emu_job, emu_cat, scale).estimate(emu, 16)
+    even = FeatureBuilder(dataclasses.replace(emu_job, ready_fractions=None), emu_cat, scale).estimate(emu, 16)
+    assert emu_job.ready_device == "cpu" and not kept.overlap_unknown and even.overlap_unknown
+    assert kept.step_bounds[1] < even.step_bounds[1]
+
+
+def test_the_cpu_timeline_check_predicts_both_ways_on_the_held_out_model(pollux_jobs: list[Any], tmp_path: Path
+                                                                        ) -> None:
+    """validate_cpu_timeline holds a model out as lomo-1gpu does, gives it its CPU profile's
+    timeline, and predicts its multi-GPU runs as srifty takes that timeline and as recorded."""
+    import shutil
+
+    from srifty import model as m
+    from srifty.validate import render_cpu_timeline, timeline_summary, validate_cpu_timeline
+
+    shutil.copytree(ROOT / "profiles/cpu/imagenet", tmp_path / "imagenet")  # one model's CPU profile only
+    cat = m.catalog_for_jobs(pollux_jobs)
+    checks = validate_cpu_timeline(pollux_jobs, cat, tmp_path, quick=True)
+    assert [c.model for c in checks] == ["imagenet"]
+    c = checks[0]
+    held = next(j for j in pollux_jobs if j.model == "imagenet")
+    assert c.taken.n == c.as_recorded.n == sum(r.world_size >= 2 for r in held.runs)
+    np.testing.assert_array_equal(c.taken.measured, c.as_recorded.measured)
+    got = c.cells()
+    # imagenet's CPU profile has most of its buckets ready early in backward: taken as recorded,
+    # backward hides more of the allreduce, and every step comes out faster
+    assert (c.as_recorded.predicted["model"] <= c.taken.predicted["model"] * (1 + 1e-9)).all()
+    assert got["as_recorded"]["signed"] < got["taken"]["signed"]
+    assert got["taken"]["inside"] >= got["as_recorded"]["inside"]
+    assert got["taken"]["mape"] == pytest.approx(float(np.mean(c.taken.errors["model"])))
+    assert timeline_summary(checks)[0]["model"] == "imagenet"
+    page = render_cpu_timeline(checks)
+    row = next(line for line in page.splitlines() if line.startswith("| imagenet |"))
+    assert row.split(" | ")[2:4] == [f"{got['taken']['mape']:.1f}", f"{got['taken']['signed']:+.1f}"]
+    assert render_cpu_timeline([]) == ""
+
+
 def test_an_overlap_read_off_sync_times_may_be_wrong_down_to_ddp_s_usual_one(pollux_jobs: list[Any]) -> None:
     """deepspeech2's window is read off its single-node sync times (its gradients ready late), and
     held out so its compute-bound runs across nodes (big batches: under 10% beyond compute) are
@@ -1302,6 +1368,9 @@ def test_predict_on_a_terminal_is_a_table_of_the_rows_and_their_parts(model_file
     ("pollux/deepspeech2", "2xg4dn.12xlarge", 23, "profiled-other-batch", None, "fitted-on-type", "read-from-sync"),
     # one worker: nothing to send; a CPU profile's operators carried to the GPU
     ("local/cnn_resnet.json", "1xg5.xlarge", 32, "transferred", ["operator-model"], "none", "none"),
+    # several GPUs from a CPU profile: its recorded ready times do not carry to them
+    ("local/transformer_lm.json", "2xg4dn.12xlarge", 8, "transferred", ["operator-model"], "fitted-on-type",
+     "recorded-on-cpu"),
     ("lambda/resnet50-amp/p3.8xlarge.json", "1xp5.48xlarge:1", 256, "transferred", ["gpu-speed-factors"], "none",
      "none"),  # V100 -> H100: both GPUs have measured factors
     ("emulated/cnn_resnet", "2xemu.small+1xemu.net", 16, "profiled", None, "emulated-sweeps", "recorded"),

@@ -150,8 +150,9 @@ unknown | measured | emulated-sweeps | fitted-on-type | prior (the catalog's lin
 efficiencies fitted on other instance types); overlap_source (how much of it backward hides) none
 | measured | recorded | read-from-sync | read-from-steps (a trace without sync times: its
 multi-worker steps less its single-worker ones) | default-checked (DDP's usual overlap, which
-the trace's sync or step times did not overturn) | default (DDP's usual overlap, neither recorded
-nor read); gradient_source (the gradient size it is simulated with) none | measured | unknown |
+the trace's sync or step times did not overturn) | recorded-on-cpu (DDP's usual overlap on GPUs:
+ready times recorded on a CPU do not carry to a GPU) | default (DDP's usual overlap, neither
+recorded nor read); gradient_source (the gradient size it is simulated with) none | measured | unknown |
 stated | read-from-sync (a trace without param_count: the size whose simulated single-node runs
 match their sync times). memory_gib is one worker's tensor memory at its batch, where the profile
 counted it (or, without a count, the floor of parameters and gradients; null where neither is
@@ -350,5 +351,10 @@ def validate_cmd(corpus: tuple[str, ...], quick: bool, out: str | None, plot: st
         if got["pairs"]:
             click.echo(f"CPU profile to GPU ({got['pairs']} steps, {labels[held]}): median error "
                        f"{100 * got['median_abs_error']:.0f}%, {got['inside']} inside their interval")
+    for c in done.cpu_timeline:
+        got = c.cells()
+        click.echo(f"CPU timeline on GPUs, {c.model} ({got['taken']['rows']} runs): MAPE "
+                   f"{got['taken']['mape']:.1f}%, {got['taken']['inside']:.0f}% inside as srifty takes it; "
+                   f"{got['as_recorded']['mape']:.1f}%, {got['as_recorded']['inside']:.0f}% with the CPU's ready times")
     for n in done.notes:
         click.echo(f"note: {n}", err=True)

@@ -53,6 +53,13 @@ READY_UNKNOWN_NOTE = (
     "prediction lets backward hide the allreduce as DDP's buckets usually allow, and the interval reaches the "
     "step with none of it hidden; `srifty profile` of the training script records it")
 
+# said of a multi-worker estimate on GPUs for a job whose ready times were recorded on a CPU
+READY_ON_CPU_NOTE = (
+    "the profile recorded when its gradients become ready on a CPU, and a GPU runs backward's layers at other "
+    "relative speeds (the same model's buckets ready two to three times earlier or later on an H200 than on a CPU): "
+    "the prediction lets backward hide the allreduce as DDP's buckets usually allow, and the interval reaches the "
+    "step with none of it hidden; a profile on one GPU records it")
+
 
 def _derived_runs(fit: "OverlapFit") -> str:
     """How many of an overlap read's runs had a sync time derived from their steps, for its note."""
@@ -673,12 +680,24 @@ class FeatureBuilder:
             self._buckets = buckets, (self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None)
         return self._buckets
 
+    def recorded_ready(self, layout: WorkerLayout) -> bool:
+        """Whether the job's recorded ready times hold for ``layout``'s workers: not where they were
+        recorded on a CPU and the workers are GPUs, whose backward runs the layers at other relative
+        speeds (a recorded timeline of CPU and H200 profiles of the same model puts the buckets two
+        to three times earlier or later, either way: profiles/cpu and profiles/h200)."""
+        if self.job.ready_fractions is None:
+            return False
+        return not (self.job.ready_device == "cpu" and any(h.gpu_name for h in layout.hardware))
+
     def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link, tree: bool = False,
                   window: float | None = None) -> simulate.SimResult:
         """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
         between nodes, the ring's or (``tree``) NCCL's tree across nodes; ``window``: the share of
-        backward over which the buckets become ready, if not the job's."""
+        backward over which the buckets become ready, if not the job's. Where the recorded ready times
+        do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly."""
         buckets, fracs = self.buckets()
+        if fracs is not None and not self.recorded_ready(layout):
+            fracs = None
         return simulate.simulate_iteration(
             layout.compute_ms, buckets, layout.workers_per_node, layout.intra, inter,
             window or self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
@@ -723,7 +742,7 @@ class FeatureBuilder:
                 # faster (small messages on many nodes); the simulator prices the ring (gloo, on
                 # emulated hosts, has no tree): the step could be as fast as with the tree
                 step_low *= self.simulated(config, layout, inter, tree=True).iteration_ms / sim.iteration_ms
-            ready_unknown = self.job.ready_fractions is None and sum(wpn_all) > 1
+            ready_unknown = not self.recorded_ready(layout) and sum(wpn_all) > 1
             read, checked = self.job.overlap_fit is not None, self.job.overlap_check is not None
             # the job's own sync times (stated or derived) measured how much backward hides where
             # they were read: a window, or DDP's usual overlap confirmed
@@ -740,7 +759,7 @@ class FeatureBuilder:
                 step_low *= min(usual.iteration_ms / sim.iteration_ms, 1.0)
             if ready_unknown:
                 note = (overlap_fitted_note(self.job) if read else overlap_checked_note(self.job) if checked
-                        else READY_UNKNOWN_NOTE)
+                        else READY_ON_CPU_NOTE if self.job.ready_fractions is not None else READY_UNKNOWN_NOTE)
                 if note not in notes:
                     notes.append(note)
             prior = [h for h in hws if not self.link_scale.network_measured(h)]

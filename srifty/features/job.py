@@ -140,6 +140,9 @@ class JobProfile:
     backward_fraction: float | None = None
     bucket_bytes: list[float] | None = None
     ready_fractions: list[float] | None = None
+    # the device the ready times were recorded on (the profile's cluster.device: "cpu" or "cuda");
+    # None where the profile does not say. A CPU's do not carry to a GPU (FeatureBuilder.recorded_ready)
+    ready_device: str | None = None
     sources: list[str] = field(default_factory=list)
     cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
     machine_cores: float | None = None  # emulated hosts: cores of the machine they share
@@ -352,6 +355,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             if all(r is not None for r in readies) and fwd + bwd > 0:
                 # ready_ms counts from the start of backward (docs/profile-format.md)
                 job.ready_fractions = [min(max(r / max(bwd, 1e-9), 0.0), 1.0) for r in readies]
+                job.ready_device = cl.get("device")
             if not job.grad_bytes:
                 job.grad_bytes = int(sum(job.bucket_bytes))
     if not job.runs:

@@ -242,9 +242,11 @@ NETWORK_SOURCES = ("none", "measured", "emulated-sweeps", "fitted-on-type", "pri
 # own run; the bucket ready times the profile recorded; a window read off an imported trace's sync
 # times, or off its multi-worker steps less its single-worker ones where it states no sync time
 # (srifty.features.overlap); DDP's usual overlap where those times were read and did not overturn
-# it; or DDP's usual overlap, neither recorded nor read (with either, the interval reaches none of
-# it hidden).
-OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked", "default")
+# it; DDP's usual overlap on GPUs where the profile recorded its ready times on a CPU, which do not
+# carry to a GPU (FeatureBuilder.recorded_ready); or DDP's usual overlap, neither recorded nor read
+# (with the last three, the interval reaches none of it hidden).
+OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
+                   "recorded-on-cpu", "default")
 # The gradient size it is simulated with: nothing to communicate (one worker); the profile's own
 # run; stated (a parameter count, gradient bytes, or the buckets srifty recorded); read off the
 # profile's single-node sync times (srifty.features.overlap.estimate_gradient_size); or none known.
@@ -266,7 +268,7 @@ def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: Row
     if config.world_size < 2 or not builder.grad_bytes:
         return "none"
     if estimate.overlap_unknown:
-        return "default"
+        return "recorded-on-cpu" if builder.job.ready_fractions is not None else "default"
     fit = builder.job.overlap_fit
     if fit is not None:
         return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"

@@ -10,6 +10,8 @@
 - ``batch``: compute at another per-worker batch, predicted from one measured batch.
 - ``holdout``: a trained model on measurements it never saw (each job's runs across nodes from
   its single-node runs).
+- ``timeline``: a CPU profile's gradient ready times on a GPU cluster, as srifty takes them and
+  as recorded.
 """
 
 from srifty.validate.allreduce import COMM_METHODS, AllreduceCheck, render_allreduce, validate_allreduce
@@ -24,6 +26,7 @@ from srifty.validate.report import (README_END, README_START, floor_sentence, re
                                     render_readme_summary, replace_readme_summary, write_plot)
 from srifty.validate.results import (METHODS, NODE_BINS, REGIMES, ReplicateFloor, SplitResult, ValidationReport,
                                      replicate_floor)
+from srifty.validate.timeline import TimelineCheck, render_cpu_timeline, timeline_summary, validate_cpu_timeline
 
 __all__ = [
     "COMM_METHODS", "AllreduceCheck", "render_allreduce", "validate_allreduce",
@@ -37,4 +40,5 @@ __all__ = [
     "README_END", "README_START", "floor_sentence", "render_breakdown", "render_markdown",
     "render_readme_summary", "replace_readme_summary", "write_plot",
     "METHODS", "NODE_BINS", "REGIMES", "ReplicateFloor", "SplitResult", "ValidationReport", "replicate_floor",
+    "TimelineCheck", "render_cpu_timeline", "timeline_summary", "validate_cpu_timeline",
 ]

@@ -167,7 +167,7 @@ class ValidationReport:
 
     def by_regime(self) -> dict[str, list[dict[str, Any]]]:
         """:meth:`breakdown` by REGIMES: the measured share of the step beyond compute alone."""
-        return self.breakdown(_regime_of, [label for label, _ in REGIMES])
+        return self.breakdown(regime_of, [label for label, _ in REGIMES])
 
     def _by_fold(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]) -> list[dict[str, Any]]:
         """Every fold's :func:`_cells` by ``group``, each with its split and fold."""
@@ -178,7 +178,7 @@ class ValidationReport:
         """Every fold's :func:`_cells` by REGIMES, each with its split and fold, and whether it
         meets the MAPE target (:func:`meets_mape_target`)."""
         return [{**c, "meets_mape_target": meets_mape_target(c)}
-                for c in self._by_fold(_regime_of, [label for label, _ in REGIMES])]
+                for c in self._by_fold(regime_of, [label for label, _ in REGIMES])]
 
     def by_nodes(self) -> dict[str, list[dict[str, Any]]]:
         """:meth:`breakdown` by node count (NODE_BINS)."""
@@ -232,7 +232,7 @@ def coverage_verdict(cell: dict[str, Any]) -> str:
     return "interval too wide"
 
 
-def _regime_of(r: SplitResult) -> "np.ndarray":
+def regime_of(r: SplitResult) -> "np.ndarray":
     """Each row's index into REGIMES (-1 where the fold does not say)."""
     import numpy as np
 
