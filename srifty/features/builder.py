@@ -683,8 +683,8 @@ class FeatureBuilder:
     def recorded_ready(self, layout: WorkerLayout) -> bool:
         """Whether the job's recorded ready times hold for ``layout``'s workers: not where they were
         recorded on a CPU and the workers are GPUs, whose backward runs the layers at other relative
-        speeds (a recorded timeline of CPU and H200 profiles of the same model puts the buckets two
-        to three times earlier or later, either way: profiles/cpu and profiles/h200)."""
+        speeds (the CPU and H200 profiles of the same examples put a bucket two to three times
+        earlier or later in backward, either way: profiles/cpu, profiles/h200)."""
         if self.job.ready_fractions is None:
             return False
         return not (self.job.ready_device == "cpu" and any(h.gpu_name for h in layout.hardware))
@@ -749,9 +749,8 @@ class FeatureBuilder:
             overlap_unknown = ready_unknown and not read and not checked
             if overlap_unknown:
                 # when the gradients become ready is neither recorded (an imported trace) nor read:
-                # backward may hide the allreduce as the simulator assumes, or none of it (a
-                # recurrent layer's weight gradients, say, are all ready when its backward ends):
-                # the step alone, then every bucket's allreduce in turn
+                # backward may hide the allreduce as the simulator assumes, or none of it (as in
+                # Pollux's deepspeech2 runs): the step alone, then every bucket's allreduce in turn
                 step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
             if ready_unknown and read:
                 # a window read off a few sync times may be wrong down to DDP's usual overlap

@@ -5,9 +5,9 @@ An imported trace (Pollux, a user's CSV) states step times and, per multi-worker
 the step spent synchronising gradients beyond its compute (``sync_ms``: the exposed
 communication). The simulator then lets the buckets become ready evenly over backward
 (``simulate.DEFAULT_BACKWARD_FRACTION`` of the compute), and backward hides most of a large
-allreduce. A model whose weight gradients all arrive late (a recurrent layer's come when its
-backward ends; an embedding's are the last layer backward reaches) hides little, and its
-measured sync times say so: they stay near the whole allreduce while the default hides it.
+allreduce. A run that hides little (Pollux's deepspeech2 on T4s hides none, though on a CPU its
+gradients become ready evenly over backward) says so in its measured sync times: they stay near
+the whole allreduce while the default hides it.
 
 :func:`fit_overlap` simulates the job's multi-worker runs with sync times at each window of
 :data:`OVERLAP_WINDOWS` (the share of the compute at whose end the buckets become ready, evenly

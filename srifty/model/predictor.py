@@ -244,7 +244,7 @@ NETWORK_SOURCES = ("none", "measured", "emulated-sweeps", "fitted-on-type", "pri
 # (srifty.features.overlap); DDP's usual overlap where those times were read and did not overturn
 # it; DDP's usual overlap on GPUs where the profile recorded its ready times on a CPU, which do not
 # carry to a GPU (FeatureBuilder.recorded_ready); or DDP's usual overlap, neither recorded nor read
-# (with the last three, the interval reaches none of it hidden).
+# (with the last two, the interval reaches the step with none of it hidden).
 OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
                    "recorded-on-cpu", "default")
 # The gradient size it is simulated with: nothing to communicate (one worker); the profile's own
