@@ -781,6 +781,30 @@ def test_ready_times_recorded_on_a_cpu_are_set_aside_on_gpus_and_kept_on_cpu_hos
     assert kept.step_bounds[1] < even.step_bounds[1]
 
 
+def test_a_job_of_cpu_and_gpu_profiles_takes_the_gpu_s_ready_times() -> None:
+    """Profiles of one model on a CPU and on a GPU: the GPU's ready times and split of forward and
+    backward, whichever comes first, so that GPU rows keep a recorded timeline."""
+    from srifty import profile as profile_mod
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, job_from_profiles
+
+    cpu, gpu = (profile_mod.load(ROOT / f"profiles/{d}/cnn_resnet/b32.json") for d in ("cpu", "h200"))
+    summary = gpu.doc["summary"]
+    bwd, fwd = summary["backward_compute_ms"]["median"], summary["forward_ms"]["median"]
+    ready = sorted(b["ready_ms"] / bwd for b in summary["buckets"])
+    for order in ([cpu, gpu], [gpu, cpu]):
+        job = job_from_profiles(order)
+        assert job.ready_device == "cuda" and job.ready_fractions == pytest.approx(ready)
+        assert job.backward_fraction == pytest.approx(bwd / (fwd + bwd))
+        assert {r.instance_type for r in job.runs} == {"local", "p5en.48xlarge"}
+    alone = job_from_profiles([cpu])
+    assert alone.ready_device == "cpu" and alone.ready_fractions != pytest.approx(ready)
+    cat = Catalog.default()
+    est = FeatureBuilder(job, cat).estimate(parse_config("2xp5en.48xlarge").resolved(cat), 32)
+    assert not est.overlap_unknown
+
+
 def test_the_cpu_timeline_check_predicts_both_ways_on_the_held_out_model(pollux_jobs: list[Any], tmp_path: Path
                                                                         ) -> None:
     """validate_cpu_timeline holds a model out as lomo-1gpu does, gives it its CPU profile's

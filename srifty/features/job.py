@@ -345,16 +345,20 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         rel_ci = (float(hi) - float(lo)) / 2.0 / it_ms if lo is not None and hi is not None and it_ms > 0 else None
         job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms, exposed,
                             post, config, rel_ci))
-        if fwd + bwd > 0 and job.backward_fraction is None:
-            job.backward_fraction = bwd / (fwd + bwd)
         buckets = [b for b in (s.get("buckets") or []) if b.get("bytes")]
-        if buckets and job.bucket_bytes is None:
+        timed = bool(buckets) and fwd + bwd > 0 and all(b.get("ready_ms") is not None for b in buckets)
+        # ready times recorded on a GPU over a CPU's, which do not carry to GPUs (FeatureBuilder.recorded_ready),
+        # with that GPU's split of forward and backward, which places them
+        on_gpu_over_cpu = timed and job.ready_device == "cpu" and cl.get("device") not in (None, "cpu")
+        if fwd + bwd > 0 and (job.backward_fraction is None or on_gpu_over_cpu):
+            job.backward_fraction = bwd / (fwd + bwd)
+        if buckets and (job.bucket_bytes is None or on_gpu_over_cpu):
             buckets.sort(key=lambda b: (b.get("ready_ms") is None, b.get("ready_ms") or 0.0, -b["index"]))
             job.bucket_bytes = [float(b["bytes"]) for b in buckets]
-            readies = [b.get("ready_ms") for b in buckets]
-            if all(r is not None for r in readies) and fwd + bwd > 0:
+            job.ready_fractions, job.ready_device = None, None
+            if timed:
                 # ready_ms counts from the start of backward (docs/profile-format.md)
-                job.ready_fractions = [min(max(r / max(bwd, 1e-9), 0.0), 1.0) for r in readies]
+                job.ready_fractions = [min(max(float(b["ready_ms"]) / max(bwd, 1e-9), 0.0), 1.0) for b in buckets]
                 job.ready_device = cl.get("device")
             if not job.grad_bytes:
                 job.grad_bytes = int(sum(job.bucket_bytes))
