@@ -196,6 +196,9 @@ def test_recommend_says_what_would_measure_the_chosen_compute() -> None:
     itype = advice["instance_type"]
     assert itype in chosen["config"]
     assert advice["command"].startswith(f"srifty profile examples/cnn_resnet.py --backend ec2 --instance-types {itype}")
+    # several GPUs whose overlap the CPU profile's ready times could not give: the GPU profile records them too
+    assert chosen["parts"]["overlap_source"] == "recorded-on-cpu" and advice["records_ready_times"]
+    assert "records when the gradients become ready on that GPU" in advice["sentence"]
     from srifty.catalog import Catalog
     from srifty.profiling.ec2 import billed_hours
     from srifty.profiling.launcher import ProfileRequest

@@ -538,6 +538,7 @@ def test_recommend_says_what_would_measure_a_network_nobody_measured(tmp_path) -
         assert advice["hours"] == pytest.approx(hours, abs=1e-3) and advice["usd"] == pytest.approx(2 * hours * price,
                                                                                                       abs=0.01)
         assert "network between g5.12xlarge nodes is a prior" in advice["sentence"]
+        assert not advice["records_ready_times"] and "gradients become ready" not in advice["sentence"]
         assert "(`srifty fit`)" in advice["sentence"] and f"{hours:.2f} h each of 2 g5.12xlarge" in advice["sentence"]
     res = run_srifty("recommend", "--profile", str(ROOT / "profiles" / "pollux" / "imagenet"), "--budget", "30",
                      "--instance-types", "g4dn.12xlarge", "--top", "3", "--json")

@@ -102,6 +102,9 @@ class MeasurementAdvice:
     overlapping: tuple[str, ...]  # ranked configurations whose throughput interval overlaps the chosen one's
     part: MeasuredPart = MeasuredPart.COMPUTE
     instances: int = 1  # instances of ``instance_type`` the profile runs on
+    # the chosen row's overlap is DDP's usual because the profile's ready times were recorded on a
+    # CPU (parts' overlap_source "recorded-on-cpu"): a profile on the GPU type records them there too
+    records_ready_times: bool = False
 
     def sentence(self) -> str:
         lo, hi = self.interval_ratio
@@ -119,8 +122,10 @@ class MeasurementAdvice:
             return (f"the network between {self.instance_type} nodes is a prior, not measured ({spans}): "
                     f"`{self.command}` measures it, {cost}, for a model fitted with that profile in its corpus "
                     f"(`srifty fit`){settle}.")
+        ready = (", and records when the gradients become ready on that GPU (a CPU's ready times do not carry "
+                 "to one)" if self.records_ready_times else "")
         return (f"compute on {self.instance_type} is predicted, not measured ({spans}): `{self.command}` "
-                f"measures it, {cost}{settle}.")
+                f"measures it, {cost}{ready}{settle}.")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -167,7 +172,8 @@ def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> Mea
     return MeasurementAdvice(chosen.config, itype, command, hours,
                              None if price is None else price * hours * instances,
                              (chosen.interval_ms[0] / chosen.iteration_ms, chosen.interval_ms[1] / chosen.iteration_ms),
-                             overlapping, part, instances)
+                             overlapping, part, instances,
+                             part is MeasuredPart.COMPUTE and chosen.parts.get("overlap_source") == "recorded-on-cpu")
 
 
 @dataclass
