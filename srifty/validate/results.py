@@ -157,12 +157,12 @@ class ValidationReport:
     def breakdown(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
                   ) -> dict[str, list[dict[str, Any]]]:
         """Per split, per group of rows (``group`` maps a fold's rows to indices into ``labels``):
-        the :func:`_cells` of the split's folds pooled."""
+        the :func:`group_cells` of the split's folds pooled."""
         out: dict[str, list[dict[str, Any]]] = {}
         for split in dict.fromkeys(r.split for r in self.results):
             rs = [r for r in self.results if r.split == split and r.inside is not None]
             if rs:
-                out[split] = _cells(rs, group, labels)
+                out[split] = group_cells(rs, group, labels)
         return out
 
     def by_regime(self) -> dict[str, list[dict[str, Any]]]:
@@ -170,12 +170,12 @@ class ValidationReport:
         return self.breakdown(regime_of, [label for label, _ in REGIMES])
 
     def _by_fold(self, group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]) -> list[dict[str, Any]]:
-        """Every fold's :func:`_cells` by ``group``, each with its split and fold."""
+        """Every fold's :func:`group_cells` by ``group``, each with its split and fold."""
         return [{"split": r.split, "fold": r.fold, **c} for r in self.results if r.inside is not None
-                for c in _cells([r], group, labels)]
+                for c in group_cells([r], group, labels)]
 
     def by_fold_and_regime(self) -> list[dict[str, Any]]:
-        """Every fold's :func:`_cells` by REGIMES, each with its split and fold, and whether it
+        """Every fold's :func:`group_cells` by REGIMES, each with its split and fold, and whether it
         meets the MAPE target (:func:`meets_mape_target`)."""
         return [{**c, "meets_mape_target": meets_mape_target(c)}
                 for c in self._by_fold(regime_of, [label for label, _ in REGIMES])]
@@ -185,7 +185,7 @@ class ValidationReport:
         return self.breakdown(_nodes_of, [label for label, _ in NODE_BINS])
 
     def by_fold_and_nodes(self) -> list[dict[str, Any]]:
-        """Every fold's :func:`_cells` by node count (NODE_BINS), each with its split and fold: how
+        """Every fold's :func:`group_cells` by node count (NODE_BINS), each with its split and fold: how
         a model never seen is missed as its cluster grows."""
         return self._by_fold(_nodes_of, [label for label, _ in NODE_BINS])
 
@@ -207,12 +207,12 @@ TARGET_INSIDE = (0.85, 0.95)
 
 
 def meets_mape_target(cell: dict[str, Any]) -> bool | None:
-    """Whether a cell of :func:`_cells` meets the MAPE target (None: fewer than TARGET_MIN_ROWS rows)."""
+    """Whether a cell of :func:`group_cells` meets the MAPE target (None: fewer than TARGET_MIN_ROWS rows)."""
     return None if cell["rows"] < TARGET_MIN_ROWS else cell["model_mape"] <= TARGET_MAPE
 
 
 def coverage_verdict(cell: dict[str, Any]) -> str:
-    """What a cell of :func:`_cells` misses of the coverage target, in words ("" when it meets it, "few
+    """What a cell of :func:`group_cells` misses of the coverage target, in words ("" when it meets it, "few
     rows" when it has fewer than TARGET_MIN_ROWS; its share inside in whole per cent, as the pages print
     it). A cell too wide whose rows lie within ±BIN_MIN_HALF_WIDTH in log of the prediction (twice the
     scatter of repeated runs on a real cluster, STEP_FLOOR_SCATTER; emulated runs scatter further) more
@@ -250,7 +250,7 @@ def _nodes_of(r: SplitResult) -> "np.ndarray":
     return np.digitize(r.nodes, [hi + 0.5 for _, hi in NODE_BINS[:-1]])
 
 
-def _cells(rs: Sequence[SplitResult], group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
+def group_cells(rs: Sequence[SplitResult], group: Callable[[SplitResult], "np.ndarray"], labels: Sequence[str]
            ) -> list[dict[str, Any]]:
     """The rows of the folds ``rs`` (each with its interval) by ``group`` (a fold's rows to indices
     into ``labels``): per group with rows, their number, the model's MAPE and signed median error

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from srifty.features import AllreduceRow, CollectivePoint, JobProfile, load_corpus
 from srifty.validate.folds import run_fold
-from srifty.validate.results import SplitResult, regime_of
+from srifty.validate.results import REGIMES, SplitResult, group_cells, regime_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from srifty.catalog import Catalog
@@ -34,17 +34,18 @@ class TimelineCheck:
 
     def cells(self) -> dict[str, dict[str, float]]:
         """Per way of taking the timeline: rows, MAPE %, signed median % (negative: too fast), share
-        inside the interval %, and that share over the communication-bound rows."""
+        inside the interval %, and that share over the communication-bound rows (:func:`group_cells`,
+        as the accuracy page's tables pool them)."""
         import numpy as np
 
         out = {}
         for name, r in (("taken", self.taken), ("as_recorded", self.as_recorded)):
-            comm = regime_of(r) == 2
-            out[name] = {"rows": int(r.n), "mape": float(np.mean(r.errors["model"])),
-                         "signed": float(np.median(r.predicted["model"] / r.measured - 1.0) * 100),
-                         "inside": float(np.mean(r.inside) * 100),
-                         "comm_rows": int(comm.sum()),
-                         "comm_inside": float(np.mean(r.inside[comm]) * 100) if comm.any() else float("nan")}
+            (whole,) = group_cells([r], lambda f: np.zeros(f.n, dtype=int), ["all"])
+            comm = next((c for c in group_cells([r], regime_of, [label for label, _ in REGIMES])
+                         if c["group"] == REGIMES[-1][0]), None)
+            out[name] = {"rows": whole["rows"], "mape": whole["model_mape"], "signed": whole["model_signed_median"],
+                         "inside": whole["inside_interval"] * 100, "comm_rows": comm["rows"] if comm else 0,
+                         "comm_inside": comm["inside_interval"] * 100 if comm else float("nan")}
         return out
 
 
