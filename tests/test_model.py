@@ -768,8 +768,9 @@ def test_ready_times_recorded_on_a_cpu_are_set_aside_on_gpus_and_kept_on_cpu_hos
     # the buckets become ready evenly over backward, as with no ready times recorded
     assert on_cpu.sim_ms == pytest.approx(unrecorded.sim_ms) and on_cpu.step_bounds == unrecorded.step_bounds
     assert on_cpu.overlap_unknown and READY_ON_CPU_NOTE in on_cpu.notes and READY_UNKNOWN_NOTE not in on_cpu.notes
+    assert (on_cpu.overlap_source, unrecorded.overlap_source) == ("recorded-on-cpu", "default")
     # ready times recorded on a GPU hold: its first bucket is ready early, so more of the allreduce hides
-    assert on_gpu.sim_ms < on_cpu.sim_ms and not on_gpu.overlap_unknown
+    assert on_gpu.sim_ms < on_cpu.sim_ms and not on_gpu.overlap_unknown and on_gpu.overlap_source == "recorded"
     assert on_gpu.step_bounds[1] < on_cpu.step_bounds[1] and READY_ON_CPU_NOTE not in on_gpu.notes
     # on CPU hosts they hold, from a CPU profile
     emu_job = load_job(ROOT / "profiles/emulated/cnn_resnet")
@@ -778,6 +779,7 @@ def test_ready_times_recorded_on_a_cpu_are_set_aside_on_gpus_and_kept_on_cpu_hos
     kept = FeatureBuilder(emu_job, emu_cat, scale).estimate(emu, 16)
     even = FeatureBuilder(dataclasses.replace(emu_job, ready_fractions=None), emu_cat, scale).estimate(emu, 16)
     assert emu_job.ready_device == "cpu" and not kept.overlap_unknown and even.overlap_unknown
+    assert (kept.overlap_source, even.overlap_source) == ("recorded", "default")
     assert kept.step_bounds[1] < even.step_bounds[1]
 
 

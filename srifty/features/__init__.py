@@ -16,7 +16,7 @@ times show (``overlap``).
 """
 
 from srifty.features.builder import (COMPUTE_TRANSFERS, FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE,
-                                     READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE, REGIME_FEATURES, RESIDUAL_FEATURES,
+                                     OVERLAP_SOURCES, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE, REGIME_FEATURES, RESIDUAL_FEATURES,
                                      FeatureBuilder, RowEstimate, busy_peers, feature_words, gradient_estimated_note,
                                      loose_profile_note)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
@@ -34,8 +34,8 @@ from srifty.features.overlap import (GRADIENT_SIZE_GRID, OVERLAP_WINDOWS, Gradie
                                      with_fitted_overlap)
 
 __all__ = [
-    "COMPUTE_TRANSFERS", "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "READY_ON_CPU_NOTE",
-    "READY_UNKNOWN_NOTE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
+    "COMPUTE_TRANSFERS", "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "OVERLAP_SOURCES",
+    "READY_ON_CPU_NOTE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
     "FeatureBuilder", "RowEstimate", "busy_peers", "feature_words", "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",

@@ -48,6 +48,17 @@ GRADIENT_UNKNOWN_NOTE = ("gradient size unknown: communication not simulated, so
                          "param_count or grad_bytes when importing (srifty profile records them)")
 
 
+# How much of a multi-worker row's allreduce backward hides, by where that comes from: nothing to
+# hide (one worker, or no gradient size); the profile's own run (the predictor's measured rows); the
+# bucket ready times the profile recorded; a window read off an imported trace's sync times, or off
+# its multi-worker steps less its single-worker ones where it states no sync time
+# (srifty.features.overlap); DDP's usual overlap where those times were read and did not overturn it;
+# DDP's usual overlap on GPUs where the profile recorded its ready times on a CPU, which do not carry
+# to a GPU (FeatureBuilder.recorded_ready); or DDP's usual overlap, neither recorded nor read (with
+# the last two, the interval reaches the step with none of it hidden). Most certain first.
+OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
+                   "recorded-on-cpu", "default")
+
 READY_UNKNOWN_NOTE = (
     "the profile does not record when its gradients become ready during backward (an imported trace): the "
     "prediction lets backward hide the allreduce as DDP's buckets usually allow, and the interval reaches the "
@@ -199,10 +210,8 @@ class RowEstimate:
     # bounds times the spread of a network nobody measured and the reach of an unrecorded gradient
     # timeline (the feature table's batch_low/batch_high)
     step_bounds: tuple[float, float] = (1.0, 1.0)
-    # several workers of a job that neither records when its gradients become ready nor had that
-    # read off its sync times, as a window or DDP's usual overlap confirmed (srifty.features.overlap):
-    # the feature table's overlap_unknown
-    overlap_unknown: bool = False
+    # where the share of the allreduce that backward hides comes from (:data:`OVERLAP_SOURCES`)
+    overlap_source: str = "none"
     # how the workers' compute that was not profiled on their type was carried there
     # (:data:`COMPUTE_TRANSFERS`, each once, sorted); "spec-speed" among them is the feature table's
     # spec_transfer, which picks the transfer's spread
@@ -211,6 +220,13 @@ class RowEstimate:
     @property
     def spec_transfer(self) -> bool:
         return "spec-speed" in self.compute_transfer
+
+    @property
+    def overlap_unknown(self) -> bool:
+        """Several workers of a job that neither records when its gradients become ready (for these
+        workers) nor had that read off its sync times, as a window or DDP's usual overlap confirmed
+        (srifty.features.overlap): the feature table's overlap_unknown."""
+        return self.overlap_source in ("recorded-on-cpu", "default")
 
     @property
     def same_gpu_transfer(self) -> bool:
@@ -689,6 +705,22 @@ class FeatureBuilder:
             return False
         return not (self.job.ready_device == "cpu" and any(h.gpu_name for h in layout.hardware))
 
+    def overlap_source(self, layout: WorkerLayout) -> str:
+        """Where the share of ``layout``'s allreduce that backward hides comes from
+        (:data:`OVERLAP_SOURCES`, less "measured", which only a measured run knows)."""
+        if sum(layout.workers_per_node) < 2 or not self.grad_bytes:
+            return "none"
+        if self.recorded_ready(layout):
+            return "recorded"
+        # the job's own sync times (stated or derived) measured how much backward hides where they
+        # were read: a window, or DDP's usual overlap confirmed
+        fit = self.job.overlap_fit
+        if fit is not None:
+            return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"
+        if self.job.overlap_check is not None:
+            return "default-checked"
+        return "recorded-on-cpu" if self.job.ready_fractions is not None else "default"
+
     def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link, tree: bool = False,
                   window: float | None = None) -> simulate.SimResult:
         """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
@@ -744,10 +776,8 @@ class FeatureBuilder:
                 step_low *= self.simulated(config, layout, inter, tree=True).iteration_ms / sim.iteration_ms
             ready_unknown = not self.recorded_ready(layout) and sum(wpn_all) > 1
             read, checked = self.job.overlap_fit is not None, self.job.overlap_check is not None
-            # the job's own sync times (stated or derived) measured how much backward hides where
-            # they were read: a window, or DDP's usual overlap confirmed
-            overlap_unknown = ready_unknown and not read and not checked
-            if overlap_unknown:
+            overlap = self.overlap_source(layout)
+            if overlap in ("recorded-on-cpu", "default"):
                 # when the gradients become ready is neither recorded (an imported trace) nor read:
                 # backward may hide the allreduce as the simulator assumes, or none of it (as in
                 # Pollux's deepspeech2 runs): the step alone, then every bucket's allreduce in turn
@@ -758,7 +788,7 @@ class FeatureBuilder:
                 step_low *= min(usual.iteration_ms / sim.iteration_ms, 1.0)
             if ready_unknown:
                 note = (overlap_fitted_note(self.job) if read else overlap_checked_note(self.job) if checked
-                        else READY_ON_CPU_NOTE if self.job.ready_fractions is not None else READY_UNKNOWN_NOTE)
+                        else READY_ON_CPU_NOTE if overlap == "recorded-on-cpu" else READY_UNKNOWN_NOTE)
                 if note not in notes:
                     notes.append(note)
             prior = [h for h in hws if not self.link_scale.network_measured(h)]
@@ -797,7 +827,7 @@ class FeatureBuilder:
                 notes.append(gradient_estimated_note(gb))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
-            step_low, step_high, overlap_unknown = batch_low, batch_high, False
+            step_low, step_high, overlap = batch_low, batch_high, "none"
             if sum(wpn_all) > 1:
                 notes.append(GRADIENT_UNKNOWN_NOTE)
         slow = min(hws, key=lambda h: h.speed_for(self.job.precision) or float("inf"))
@@ -832,7 +862,7 @@ class FeatureBuilder:
         return RowEstimate(feats, sim.iteration_ms, compute, transferred, notes, layout.loosest,
                            tuple(layout.loose_notes),
                            (batch_low, batch_high), any(self.by_operators(g.instance_type) for g in config.groups),
-                           (step_low, step_high), overlap_unknown,
+                           (step_low, step_high), overlap,
                            tuple(sorted({m for g in config.groups
                                          if (m := self.transfer_method(g.instance_type)) is not None})))
 

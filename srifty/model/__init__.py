@@ -25,7 +25,7 @@ from srifty.model.persistence import (MODEL_CODE, MODEL_REVISION, SHIPPED_MODEL,
 from srifty.model.predictor import (COMPUTE_SOURCES, GRADIENT_SOURCES, NETWORK_SOURCES, OVERLAP_SOURCES, PART_SOURCES,
                                     SOURCE_CERTAINTY, Prediction, PredictionTable, Predictor, allreduce_hash,
                                     corpus_hash, fitted_link_types, gradient_source, least_certain, library_versions,
-                                    network_source, overlap_source, predict_table)
+                                    network_source, predict_table)
 from srifty.model.table import Table, table_for, unread_overlap_table
 
 __all__ = [
@@ -39,6 +39,6 @@ __all__ = [
     "shipped_model",
     "COMPUTE_SOURCES", "GRADIENT_SOURCES", "NETWORK_SOURCES", "OVERLAP_SOURCES", "PART_SOURCES", "SOURCE_CERTAINTY",
     "Prediction", "PredictionTable", "Predictor", "allreduce_hash", "corpus_hash", "fitted_link_types",
-    "gradient_source", "least_certain", "library_versions", "network_source", "overlap_source", "predict_table",
+    "gradient_source", "least_certain", "library_versions", "network_source", "predict_table",
     "Table", "table_for", "unread_overlap_table",
 ]

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from srifty import __version__
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
-from srifty.features import (LOOSE_PROFILE_CI, AllreduceRow, CollectivePoint, FeatureBuilder, JobProfile, LinkScale,
-                             MemoryNeed, RowEstimate, feature_words, with_fitted_overlap)
+from srifty.features import (LOOSE_PROFILE_CI, OVERLAP_SOURCES, AllreduceRow, CollectivePoint, FeatureBuilder,
+                             JobProfile, LinkScale, MemoryNeed, RowEstimate, feature_words, with_fitted_overlap)
 from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError, widens
 from srifty.model.table import table_for, unread_overlap_table
 
@@ -238,15 +238,7 @@ COMPUTE_SOURCES = ("measured", "profiled", "profiled-other-batch", "transferred"
 # instance types; a prior: the catalog's link figures with efficiencies fitted on other types; or
 # nothing known (no gradient size).
 NETWORK_SOURCES = ("none", "measured", "emulated-sweeps", "fitted-on-type", "prior", "unknown")
-# How much of it backward hides: nothing to hide (one worker, or no gradient size); the profile's
-# own run; the bucket ready times the profile recorded; a window read off an imported trace's sync
-# times, or off its multi-worker steps less its single-worker ones where it states no sync time
-# (srifty.features.overlap); DDP's usual overlap where those times were read and did not overturn
-# it; DDP's usual overlap on GPUs where the profile recorded its ready times on a CPU, which do not
-# carry to a GPU (FeatureBuilder.recorded_ready); or DDP's usual overlap, neither recorded nor read
-# (with the last two, the interval reaches the step with none of it hidden).
-OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
-                   "recorded-on-cpu", "default")
+# How much of it backward hides: OVERLAP_SOURCES (srifty.features), which the builder's estimate states.
 # The gradient size it is simulated with: nothing to communicate (one worker); the profile's own
 # run; stated (a parameter count, gradient bytes, or the buckets srifty recorded); read off the
 # profile's single-node sync times (srifty.features.overlap.estimate_gradient_size); or none known.
@@ -260,19 +252,6 @@ def least_certain(part: str, sources: Iterable[str]) -> str:
     """The least certain of ``sources`` for ``part`` (a key of SOURCE_CERTAINTY)."""
     order = SOURCE_CERTAINTY[part]
     return max(sources, key=order.index)
-
-
-def overlap_source(builder: FeatureBuilder, config: ClusterConfig, estimate: RowEstimate) -> str:
-    """Where the overlap of ``config``'s allreduce with backward comes from (OVERLAP_SOURCES), for
-    its ``estimate`` by ``builder``."""
-    if config.world_size < 2 or not builder.grad_bytes:
-        return "none"
-    if estimate.overlap_unknown:
-        return "recorded-on-cpu" if builder.job.ready_fractions is not None else "default"
-    fit = builder.job.overlap_fit
-    if fit is not None:
-        return "read-from-steps" if fit.derived == fit.runs else "read-from-sync"
-    return "default-checked" if builder.job.overlap_check is not None else "recorded"
 
 
 def gradient_source(builder: FeatureBuilder, config: ClusterConfig) -> str:
@@ -345,7 +324,7 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
         "transferred" if e.transferred else "profiled" if e.batch_bounds == (1.0, 1.0) else "profiled-other-batch"
         for e in estimates], dtype=object)
     net_source = np.array([network_source(builder, config, fitted) for config, _ in rows], dtype=object)
-    hidden = np.array([overlap_source(builder, config, e) for (config, _), e in zip(rows, estimates)], dtype=object)
+    hidden = np.array([e.overlap_source for e in estimates], dtype=object)
     sized = np.array([gradient_source(builder, config) for config, _ in rows], dtype=object)
     for i, (config, b) in enumerate(rows):
         run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
