@@ -134,6 +134,20 @@ def test_wrong_field_is_named(tmp_path: Path, mutate, field: str) -> None:
     assert f"`{field}`" in str(err.value)
 
 
+def test_a_file_read_before_is_checked_again_once_its_bytes_change(tmp_path: Path) -> None:
+    """Validation is skipped only for bytes already found valid: a profile broken after a good read
+    (hand-edited, re-recorded badly) is refused on the next read, however often it was read."""
+    path = tmp_path / "p.json"
+    doc = _training_doc()
+    profile_mod.save(doc, path)
+    assert profile_mod.load(path).doc == profile_mod.load(path).doc == doc
+    doc["cluster"]["world_size"] = 0
+    path.write_text(json.dumps(doc))
+    for _ in range(2):
+        with pytest.raises(ProfileFormatError, match="cluster.world_size"):
+            profile_mod.load(path)
+
+
 @given(st.floats(min_value=0.001, max_value=1e6), st.integers(min_value=1, max_value=4096))
 @settings(max_examples=25, deadline=None)
 def test_save_load_round_trip_property(tmp_path_factory, median: float, batch: int) -> None:
