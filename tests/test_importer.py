@@ -120,7 +120,7 @@ def test_a_trace_s_sync_times_set_its_overlap_and_their_absence_is_flagged(tmp_p
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, OverlapFit
-    from srifty.features.builder import READY_UNKNOWN_NOTE
+    from srifty.features.notes import READY_UNKNOWN_NOTE
 
     with open(ROOT / "data/traces/pollux_g4dn12xlarge.import.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["model"] == "deepspeech2" and "+" not in r["placement"]]

@@ -478,7 +478,7 @@ def test_the_held_out_error_is_calibrated_per_share_of_the_step_beyond_compute()
 
     from srifty.features import FEATURES
     from srifty.model import LatencyModel
-    from srifty.model.latency import BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS
+    from srifty.model.residual import BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS
 
     n = MIN_BIN_ROWS
     X = pd.DataFrame(np.ones((8 * n, len(FEATURES))), columns=FEATURES)
@@ -1152,7 +1152,7 @@ def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(p
     from srifty import model as m
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
-    from srifty.model.latency import BIN_MIN_HALF_WIDTH, STEP_FLOOR_SCATTER
+    from srifty.model.residual import BIN_MIN_HALF_WIDTH, STEP_FLOOR_SCATTER, compute_share, share_bin
 
     pred = m.load(model_file)
     part = pred.latency.parts_["real"]
@@ -1169,7 +1169,7 @@ def test_a_job_whose_overlap_nobody_read_gets_the_training_models_unread_error(p
     read_bounds = pred.latency.held_out_bounds(unread.assign(overlap_unknown=0.0))
     unread_bounds = pred.latency.held_out_bounds(unread)
     # each row takes its share bin's bound of the runs as read, or as nobody read them
-    bins = pred.latency._share_bin(pred.latency._compute_share(unread), centre)
+    bins = share_bin(compute_share(unread), centre)
     for b, rows_in in ((b, bins == b) for b in set(bins)):
         for bounds, pooled, by_share in ((read_bounds, part.held_out_error, part.held_out_error_by_share),
                                          (unread_bounds, part.held_out_error_unread,
@@ -1470,7 +1470,7 @@ def test_an_interval_starts_no_lower_than_the_measured_compute() -> None:
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, load_corpus, run_config
-    from srifty.model.latency import STEP_FLOOR_SCATTER
+    from srifty.model.residual import STEP_FLOOR_SCATTER
 
     cat = Catalog.default()
     gaps = []
@@ -1590,7 +1590,7 @@ def test_a_gpu_step_far_below_its_peak_is_called_launch_bound() -> None:
 
 def test_a_note_gives_times_without_exponents(model_file: Path) -> None:
     """Milliseconds in a note read as numbers do: 1,166, not 1.17e+03."""
-    from srifty.features.builder import readable_ms
+    from srifty.features.notes import readable_ms
 
     assert [readable_ms(x) for x in (1166.4, 34885.2, 100.0, 58.49, 0.012345)] == \
         ["1,166", "34,885", "100", "58.5", "0.0123"]
@@ -2156,7 +2156,7 @@ def test_a_type_s_network_is_measured_at_each_node_count_its_runs_cover() -> Non
     from srifty.comm import MIN_NODE_COUNT_RUNS, CommModel, simulated_ms
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, load_corpus
-    from srifty.features.builder import node_share_note
+    from srifty.features.notes import node_share_note
 
     cat = Catalog.default()
     jobs = {j.model: j for j in load_corpus([str(ROOT / "profiles" / "pollux")])}
@@ -2201,7 +2201,7 @@ def test_overlap_is_read_off_sync_times_where_backward_does_not_hide_the_allredu
     from srifty.comm import CommModel, simulated_ms
     from srifty.features import (FeatureBuilder, derived_sync, fit_overlap, load_corpus, run_config, sync_error,
                                  with_fitted_overlap)
-    from srifty.features.builder import overlap_fitted_note
+    from srifty.features.notes import overlap_fitted_note
 
     cat = Catalog.default()
     jobs = {j.model: j for j in load_corpus([str(POLLUX)])}

@@ -3,9 +3,10 @@
 A :class:`JobProfile` gathers what srifty knows about one model from its profiles (measured runs,
 compute time per worker at each batch on each profiled instance type, gradient bytes and
 buckets; ``job``). :class:`FeatureBuilder` turns (configuration, batch) into the simulator's
-estimate plus the numbers the learned residual model reads (``builder``), from the hardware of
-each type (``hardware``) and what its links achieve (``links``); measured collectives fit those
-links (``measured``).
+estimate plus the numbers the learned residual model reads (``builder``; the row's columns and
+its :class:`RowEstimate` in ``rows``, what the row is told in ``notes``), over each worker's
+compute (``compute``), from the hardware of each type (``hardware``) and what its links achieve
+(``links``); measured collectives fit those links (``measured``).
 
 Compute on an instance type comes from single-worker runs on it (interpolated over batch sizes,
 bounded beyond them). On a GPU type never profiled it comes from the operator count of a CPU
@@ -15,10 +16,12 @@ imported trace that does not record when its gradients become ready gets the ove
 times show (``overlap``).
 """
 
-from srifty.features.builder import (COMPUTE_TRANSFERS, FEATURES, GRADIENT_UNKNOWN_NOTE, LAUNCH_BOUND_PEAK_SHARE,
-                                     OVERLAP_SOURCES, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE, REGIME_FEATURES, RESIDUAL_FEATURES,
-                                     FeatureBuilder, RowEstimate, busy_peers, feature_words, gradient_estimated_note,
-                                     loose_profile_note)
+from srifty.features.builder import FeatureBuilder, busy_peers
+from srifty.features.compute import LAUNCH_BOUND_PEAK_SHARE, WorkerCompute
+from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
+                                   gradient_estimated_note, loose_profile_note)
+from srifty.features.rows import (COMPUTE_TRANSFERS, FEATURES, OVERLAP_SOURCES, REGIME_FEATURES, RESIDUAL_FEATURES,
+                                  RowEstimate, WorkerLayout, feature_words)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
                                       CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, both_measured, hardware_of,
@@ -36,7 +39,8 @@ from srifty.features.overlap import (GRADIENT_SIZE_GRID, OVERLAP_WINDOWS, Gradie
 __all__ = [
     "COMPUTE_TRANSFERS", "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "OVERLAP_SOURCES",
     "READY_ON_CPU_NOTE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
-    "FeatureBuilder", "RowEstimate", "busy_peers", "feature_words", "gradient_estimated_note", "loose_profile_note",
+    "FeatureBuilder", "RowEstimate", "WorkerCompute", "WorkerLayout", "busy_peers", "feature_words",
+    "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",
     "median_gbytes_per_tflop", "transfer_speeds", "both_measured", "CONV_FLOPS_WEIGHT", "UNKNOWN_CONV_SHARE",

@@ -2,21 +2,23 @@
 
 :class:`LatencyModel` (scikit-learn estimator contract) predicts log(measured / simulated) with
 a HistGradientBoostingRegressor on the features of :mod:`srifty.features`, one
-:class:`ResidualPart` per regime (real clusters, emulated hosts); quantile models
-(loss='quantile'), widened by the error on held-out models and outside the training range, give
-an interval. The fitted trees are kept as arrays (:class:`srifty.trees.TreeEnsemble`, which
-predicts exactly what the estimator does), so that a loaded model needs no scikit-learn. :func:`gpu_transfer_error` is the measured spread of GPU-to-GPU compute transfers
-that widens the interval of a transferred row. :class:`ModelError` is the model's one error.
+:class:`srifty.model.residual.ResidualPart` per regime (real clusters, emulated hosts); quantile
+models (loss='quantile'), widened by the error on held-out models and outside the training range,
+give an interval. The fitted trees are kept as arrays (:class:`srifty.trees.TreeEnsemble`, which
+predicts exactly what the estimator does), so that a loaded model needs no scikit-learn.
+:func:`gpu_transfer_error` is the measured spread of GPU-to-GPU compute transfers that widens the
+interval of a transferred row. :class:`ModelError` is the model's one error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.errors import SriftyError
 from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
+from srifty.model.residual import (BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS, STEP_FLOOR_SCATTER, HeldOut,
+                                   ResidualPart, compute_share, flagged, share_bin)
 from srifty.trees import TreeEnsemble
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,65 +46,7 @@ UNCALIBRATED_NOTE = (
     "in this regime, so the interval comes from that model's own runs (at most their node counts held out of "
     "the fit in turn) and may be too narrow for another; fit it on the runs of two or more models (`srifty fit`)")
 SHRINK_GRID = tuple(i / 10 for i in range(11))  # shares of the learned residual tried on held-out groups
-# how far (log) a measured step may fall below its slowest worker's compute alone: the scatter of
-# repeated measurements of one configuration (Pollux's noise floor, 4.9%: docs/ACCURACY.md)
-STEP_FLOOR_SCATTER = 0.05
 REGIMES = ("real", "emulated")
-# the predicted share of the step beyond its slowest worker's compute alone, binned (upper edges):
-# compute-bound, mixed, communication-bound. The interval is calibrated per bin, since a model never
-# seen misses its hidden communication by less than its exposed one
-EXPOSED_SHARE_EDGES = (0.10, 0.40)
-BIN_MIN_HALF_WIDTH = 2 * STEP_FLOOR_SCATTER
-MIN_BIN_ROWS = 20  # a held-out group's rows in a share bin below this: its quantiles there are not used
-
-
-@dataclass
-class ResidualPart:
-    """The residual model of one regime: centre and quantile trees, and the feature range seen."""
-
-    model: TreeEnsemble
-    lower: TreeEnsemble
-    upper: TreeEnsemble
-    feature_min: "np.ndarray"
-    feature_max: "np.ndarray"
-    n_rows: int
-    # the lowest 5% and highest 95% quantile of the log error of any one group (model) held out of
-    # the fit: how wrong the centre can be on a model it never saw (None: fitted without groups,
-    # or fewer than 2 of them)
-    held_out_error: tuple[float, float] | None = None
-    # lowest / highest log(measured / compute alone) over the multi-worker training runs: how
-    # much slower than its own compute a data-parallel run of this regime has been. It bounds
-    # the interval of a row whose gradient size is unknown (communication not simulated).
-    multi_worker_slowdown: tuple[float, float] | None = None
-    # how much of the learned residual to apply (0..1): chosen on the same held-out groups, where
-    # a residual learned from the other models helps a model it never saw only in part
-    shrink: float = 1.0
-    # (intercept, slope) of the residual's trend in log(nodes), fitted before the trees, which
-    # then model what is left: trees are flat beyond the largest cluster seen, the trend is not
-    trend: tuple[float, float] = (0.0, 0.0)
-    # what ``held_out_error`` and ``shrink`` held out: "models", or, with the runs of one model only,
-    # "node counts" (each node count of it predicted from the others: an error across cluster
-    # sizes, not across models)
-    held_out_groups: str = "models"
-    # ``held_out_error`` measured on the rows as a job whose overlap nobody read would see them
-    # (srifty.model.unread_overlap_table), for rows whose overlap is unknown; None: the same
-    held_out_error_unread: tuple[float, float] | None = None
-    # ``held_out_error`` (and ``held_out_error_unread``) per EXPOSED_SHARE_EDGES bin of the predicted
-    # step; None in a bin where fewer than two held-out groups had MIN_BIN_ROWS rows (the pooled one holds)
-    held_out_error_by_share: tuple[tuple[float, float] | None, ...] | None = None
-    held_out_error_unread_by_share: tuple[tuple[float, float] | None, ...] | None = None
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """What :meth:`LatencyModel._held_out` measured on groups held out of the fit (ResidualPart's
-    fields of the same names)."""
-
-    error: tuple[float, float] | None = None
-    shrink: float = 1.0
-    error_unread: tuple[float, float] | None = None
-    by_share: tuple[tuple[float, float] | None, ...] | None = None
-    unread_by_share: tuple[tuple[float, float] | None, ...] | None = None
 
 
 class LatencyModel:
@@ -254,10 +198,10 @@ class LatencyModel:
                     held_by, by = "node counts", np.asarray(Ai[:, RESIDUAL_FEATURES.index("nodes")], dtype=object)
                 mu = reg_unread == i if unread is not None and held_by == "models" else None
                 held = self._held_out(
-                    (Ai, ri, by, self._compute_share(X)[m]),
+                    (Ai, ri, by, compute_share(X)[m]),
                     None if mu is None else (self._A(X_unread, name, mu), r_unread[mu],
                                              np.asarray(groups_unread, dtype=object)[mu],
-                                             self._compute_share(X_unread)[mu]))
+                                             compute_share(X_unread)[mu]))
             trend, rest = self._detrend(Ai, ri)
             # kept as arrays (srifty.trees): the estimators' own predictions, without scikit-learn
             centre, lower, upper = (TreeEnsemble.from_estimator(e.fit(Ai, rest)) for e in (
@@ -285,28 +229,6 @@ class LatencyModel:
             return None
         r = np.log(y[multi] / compute[multi])
         return float(np.min(r)), float(np.max(r))
-
-    @staticmethod
-    def _compute_share(X: "pd.DataFrame") -> "np.ndarray":
-        """log(compute alone / simulated step) per row (NaN without a ``compute_ms`` column, or where
-        it is not a positive time): with the residual r, the predicted share of the step beyond
-        compute is 1 - exp(this - r)."""
-        import numpy as np
-
-        if "compute_ms" not in getattr(X, "columns", []):
-            return np.full(len(X), np.nan)
-        compute = np.asarray(X["compute_ms"], dtype=float)
-        with np.errstate(all="ignore"):
-            return np.where(compute > 0, np.log(compute / np.asarray(X["sim_ms"], dtype=float)), np.nan)
-
-    @staticmethod
-    def _share_bin(compute_share: "np.ndarray", residual: "np.ndarray") -> "np.ndarray":
-        """The EXPOSED_SHARE_EDGES bin of each row's predicted step (-1 where compute is unknown)."""
-        import numpy as np
-
-        with np.errstate(all="ignore"):
-            beyond = 1.0 - np.exp(compute_share - residual)
-        return np.where(np.isfinite(beyond), np.digitize(beyond, EXPOSED_SHARE_EDGES), -1)
 
     def _held_out(self, rows: "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
                   unread: "tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None" = None) -> "HeldOut":
@@ -360,8 +282,8 @@ class LatencyModel:
         err, err_u = r - shrink * pred, r_u - shrink * pred_u
         has_unread = unread is not None and len(r_u) > 0
         return HeldOut(bounds(err, groups), shrink, bounds(err_u, groups_u) if has_unread else None,
-                       by_share(err, groups, self._share_bin(share, shrink * pred)),
-                       by_share(err_u, groups_u, self._share_bin(share_u, shrink * pred_u)) if has_unread else None)
+                       by_share(err, groups, share_bin(share, shrink * pred)),
+                       by_share(err_u, groups_u, share_bin(share_u, shrink * pred_u)) if has_unread else None)
 
     def _each(self, X: "pd.DataFrame") -> list[tuple[str, "np.ndarray", ResidualPart | None]]:
         """(regime, row mask, its part) for the regimes present in X."""
@@ -452,7 +374,7 @@ class LatencyModel:
 
         self._check_X(X)
         out = np.full((len(X), 2), np.nan)
-        bins = self._share_bin(self._compute_share(X), self.residual(X) if residual is None else residual)
+        bins = share_bin(compute_share(X), self.residual(X) if residual is None else residual)
         unread_rows = flagged(X, "overlap_unknown") & unread
         for _, m, part in self._each(X):
             if part is None or part.held_out_error is None:
@@ -565,14 +487,6 @@ def widens(outside: Sequence[str]) -> bool:
     :meth:`LatencyModel.out_of_range`) has its interval widened: not where they are all
     TREND_FEATURES, which the residual's trend carries."""
     return any(f not in TREND_FEATURES for f in outside)
-
-
-def flagged(X: "pd.DataFrame", column: str) -> "np.ndarray":
-    """The rows where the feature table's optional 0/1 ``column`` is set (none where the table
-    has no such column: a table built before it existed)."""
-    import numpy as np
-
-    return np.asarray(X[column], dtype=float) > 0 if column in X.columns else np.zeros(len(X), dtype=bool)
 
 
 @lru_cache(maxsize=1)

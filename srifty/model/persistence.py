@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from srifty.features import RESIDUAL_FEATURES, LinkScale
-from srifty.model.latency import LatencyModel, ModelError, ResidualPart
+from srifty.model.latency import LatencyModel, ModelError
 from srifty.model.predictor import Predictor
+from srifty.model.residual import ResidualPart
 from srifty.trees import TreeEnsemble, UnsupportedEstimator
 
 SRIFTY_DIR = Path(__file__).resolve().parent.parent
@@ -102,11 +103,11 @@ MODEL_REVISION = 27
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
 MODEL_CODE = tuple(SRIFTY_DIR / f
-                   for f in ("features/builder.py", "features/hardware.py", "features/job.py", "features/links.py",
-                             "features/measured.py", "features/memory.py", "features/overlap.py", "simulate.py",
-                             "model/__init__.py",
-                             "model/corpus.py", "model/latency.py", "model/persistence.py", "model/predictor.py",
-                             "model/table.py", "opmodel.py", "data/gpu_step_model.json", "data/gpu_specs.csv",
+                   for f in ("features/builder.py", "features/compute.py", "features/rows.py", "features/notes.py",
+                             "features/hardware.py", "features/job.py", "features/links.py", "features/measured.py",
+                             "features/memory.py", "features/overlap.py", "simulate.py", "model/__init__.py",
+                             "model/corpus.py", "model/latency.py", "model/residual.py", "model/persistence.py",
+                             "model/predictor.py", "model/table.py", "opmodel.py", "data/gpu_step_model.json", "data/gpu_specs.csv",
                              "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))
 
 
