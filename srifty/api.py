@@ -29,6 +29,7 @@ from srifty.features import JobProfile, load_allreduce_rows, load_collectives, l
 from srifty.importer import ImportResult
 from srifty.launch import LaunchReport, launch
 from srifty.model import Prediction, Predictor
+from srifty.nccltests import import_log as import_nccl_tests
 from srifty.outputs import Input, Output, check_writable, refuse_clobbering
 from srifty.plan import Plan, make_plan
 from srifty.plan import write_plan as write_plan_files
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from srifty.validate import HeldOutCheck
 
 __all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile",
-           "profile_outputs", "profile_batches", "import_trace", "fit", "predict", "recommend", "write_plan", "launch",
+           "profile_outputs", "profile_batches", "import_trace", "import_nccl_tests", "fit", "predict", "recommend", "write_plan", "launch",
            "validate", "validate_holdout", "evaluate", "cleanup_ec2"]
 
 Say = Callable[[str], None]

@@ -55,6 +55,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "catalog": "srifty.commands.catalog:catalog",
     "cluster": "srifty.commands.cluster:cluster",
     "import": "srifty.commands.latency:import_cmd",
+    "import-nccl": "srifty.commands.latency:import_nccl_cmd",
     "fit": "srifty.commands.latency:fit_cmd",
     "predict": "srifty.commands.latency:predict_cmd",
     "validate": "srifty.commands.latency:validate_cmd",

@@ -17,7 +17,7 @@ LAYERS: dict[str, int] = {
     "srifty.opmodel": 1, "srifty.capacity": 1,
     "srifty.configspec": 1, "srifty.catalog": 1, "srifty.profile": 1, "srifty.importer": 1,
     "srifty.profiling": 2, "srifty.cluster": 2, "srifty.training": 2,
-    "srifty.features": 3, "srifty.gpuspeed": 3,
+    "srifty.features": 3, "srifty.gpuspeed": 3, "srifty.nccltests": 3,
     "srifty.model": 4, "srifty.comm": 4,
     "srifty.solver": 5, "srifty.oracle": 5, "srifty.plan": 5,
     "srifty.validate": 6, "srifty.evaluate": 6, "srifty.cpu_to_gpu": 6, "srifty.launch": 6, "srifty.api": 6,

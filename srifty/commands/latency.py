@@ -61,6 +61,51 @@ def import_cmd(trace: str, out_dir: str, skip_bad: bool, replace: bool) -> None:
                + (f"; skipped {len(result.bad_rows)} bad row(s)" if result.bad_rows else ""), err=True)
 
 
+@click.command("import-nccl", epilog="""\b
+Examples:
+  mpirun -np 16 -N 8 -x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 2G -f 2 > p4d-2nodes.log   # on the cluster
+  srifty import-nccl p4d-2nodes.log --instance-type p4d.24xlarge --out mine/p4d-nccl.json
+  srifty fit profiles/pollux profiles/lambda profiles/emulated mine/ --out model.npz
+  srifty predict --profile my.json --config 4xp4d.24xlarge --model model.npz
+
+\b
+Reads the result table of nccl-tests' all_reduce_perf (its out-of-place times), the
+'# Rank N ... on HOST device ...' lines (how many GPUs ran on how many nodes; else give
+--nodes and --gpus-per-node) and, where NCCL_DEBUG=INFO was set, NCCL's 'Using network'
+line (EFA or TCP sockets; else --transport on a type with EFA). The profile it writes is
+what `srifty profile --collectives` writes: put it in a corpus and `srifty fit` takes the
+type's network from it (its TCP figure, or its EFA and NVLink efficiencies) instead of
+the catalog's. The log must be an allreduce across two or more nodes, with messages of
+1 MiB or more.
+""")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--instance-type", "-t", required=True, help="The instance type the log was recorded on.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The collectives profile to write.")
+@click.option("--transport", type=click.Choice(["efa", "tcp"]), default=None,
+              help="What NCCL ran over, where the log does not say (no NCCL_DEBUG=INFO line).")
+@click.option("--placement-group/--no-placement-group", default=False, show_default=True,
+              help="Whether the nodes sat in a cluster placement group (10 Gbit/s per TCP flow, not 5).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Nodes the run used, where the log has no Rank lines.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs per node, where the log has no Rank lines.")
+def import_nccl_cmd(log: str, instance_type: str, out: str, transport: str | None, placement_group: bool,
+                    nodes: int | None, gpus_per_node: int | None) -> None:
+    """Turn nccl-tests' all_reduce_perf output into the network measurement srifty fits."""
+    from srifty import api
+    from srifty.catalog import Catalog
+
+    got = api.import_nccl_tests(log, out, instance_type, Catalog.default(), transport=transport,
+                                placement_group=placement_group, nodes=nodes, gpus_per_node=gpus_per_node)
+    for note in got.notes:
+        _warn(note)
+    click.echo(out)
+    sizes = len(got.doc["collectives"])
+    click.echo(f"imported {sizes} message sizes of an allreduce on {got.nodes} x {instance_type} "
+               f"({'+'.join(map(str, got.gpus_per_node))} GPUs, over {got.transport.upper()}), {got.rows_fitted} of "
+               "them 1 MiB or more; `srifty fit` on a corpus holding it takes the type's network from them", err=True)
+
+
 @click.command("fit", epilog="""\b
 Examples:
   srifty fit                                 # the shipped corpus (profiles/pollux, profiles/lambda, profiles/emulated)
