@@ -2287,6 +2287,7 @@ def test_an_efa_network_nobody_measured_may_be_as_slow_as_tcp() -> None:
     (note,) = [w for w in metal_row["warnings"] if "never measured" in w]
     assert "the catalog's EFA rate" in note and "down to TCP" in note and "per-flow" not in note
     assert "measures only that TCP fallback, the interval's slow end" in note  # no sweep measures EFA
+    assert "`srifty import-nccl`, measures the EFA network" in note  # nccl-tests on the user's nodes does
     # the interval reaches the step over TCP at the measured type's flows, as the note says
     slow = float(re.search(r"to x([0-9.]+) of the step", note).group(1))
     from srifty import model as m

@@ -549,10 +549,12 @@ def test_recommend_says_what_would_measure_a_network_nobody_measured(tmp_path) -
     assert doc["recommendations"][0]["source"] != "transferred" and doc["measure_next"] is None
 
 
-def test_no_sweep_is_advised_for_an_efa_network_the_ec2_backend_cannot_measure(tmp_path) -> None:
+def test_an_efa_network_nobody_measured_is_advised_nccl_tests_not_the_ec2_sweep(tmp_path) -> None:
     """g4dn.metal's network is EFA, which nobody measured: a model profiled on it, whose best
-    configuration spans its nodes, is told its network is a prior, but is not sent to sweep it
-    with srifty's EC2 backend, whose instances get no EFA interface and would measure TCP."""
+    configuration spans its nodes, is told its network is a prior, and is not sent to sweep it
+    with srifty's EC2 backend, whose instances get no EFA interface and would measure TCP, but to
+    run nccl-tests on two of its own nodes (one rank per GPU) and import the log; the command it
+    is given is the one `srifty import-nccl` reads."""
     trace = tmp_path / "metal.csv"
     trace.write_text("model,instance_type,placement,local_batch_size,step_time_s,sync_time_s,param_count\n"
                      "bertish,g4dn.metal,1,32,0.20,,110000000\nbertish,g4dn.metal,8,32,0.26,,110000000\n")
@@ -561,9 +563,14 @@ def test_no_sweep_is_advised_for_an_efa_network_the_ec2_backend_cannot_measure(t
                      "--instance-types", "g4dn.metal", "--top", "3", "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    chosen = doc["recommendations"][0]
+    chosen, advice = doc["recommendations"][0], doc["measure_next"]
     assert chosen["nodes"] > 1 and chosen["source"] == "predicted" and chosen["parts"]["network_source"] == "prior"
-    assert chosen["network_prior_types"] == ["g4dn.metal"] and doc["measure_next"] is None
+    assert chosen["network_prior_types"] == ["g4dn.metal"]
+    assert advice["part"] == "network" and advice["by_nccl_tests"] and advice["instances"] == 2
+    assert "--backend ec2" not in advice["command"]
+    assert advice["command"].startswith("mpirun -np 16 -N 8 -x NCCL_DEBUG=INFO all_reduce_perf")
+    assert "srifty import-nccl g4dn.metal-nccl.log --instance-type g4dn.metal" in advice["command"]
+    assert "cannot measure it (it attaches no EFA interface)" in advice["sentence"]
 
 
 def test_a_mix_s_network_advice_names_the_type_whose_network_is_the_prior() -> None:

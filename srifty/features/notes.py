@@ -89,7 +89,9 @@ def prior_network_note(prior: Sequence[Hardware], low: float, high: float) -> st
             + (f"; {sweep} measures it, for a model fitted with that profile in its corpus (`srifty fit`)"
                if "tcp" in kinds else "")
             + (f"; srifty's EC2 backend attaches no EFA interface, so its sweep ({sweep}) measures only that TCP "
-               "fallback, the interval's slow end" if "efa" in kinds else ""))
+               "fallback, the interval's slow end, while nccl-tests' all_reduce_perf across two of its nodes, read "
+               "with `srifty import-nccl`, measures the EFA network, for a model fitted with that profile in its "
+               "corpus (`srifty fit`)" if "efa" in kinds else ""))
 
 
 def intra_unstated_note(unstated: Sequence[Hardware], low: float, high: float) -> str:

@@ -83,6 +83,16 @@ class MeasuredPart(str, Enum):
     NETWORK = "network"  # the network between nodes of a type nobody measured (a collectives sweep on two)
 
 
+def nccl_tests_command(instance_type: str, gpus_per_node: int, placement_group: bool = False) -> str:
+    """nccl-tests' all_reduce_perf across NETWORK_SWEEP_NODES nodes of ``instance_type`` (one rank
+    per GPU, NCCL saying which network it used) and its import as a collectives profile."""
+    n = NETWORK_SWEEP_NODES
+    log = f"{instance_type}-nccl.log"
+    return (f"mpirun -np {n * gpus_per_node} -N {gpus_per_node} -x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 2G -f 2 "
+            f"> {log} && srifty import-nccl {log} --instance-type {instance_type} --out {instance_type}-nccl.json"
+            + (" --placement-group" if placement_group else ""))
+
+
 # instances of the type a network measurement runs on (`srifty profile --collectives --nodes 2`)
 NETWORK_SWEEP_NODES = 2
 
@@ -105,6 +115,9 @@ class MeasurementAdvice:
     # the chosen row's overlap is DDP's usual because the profile's ready times were recorded on a
     # CPU (parts' overlap_source "recorded-on-cpu"): a profile on the GPU type records them there too
     records_ready_times: bool = False
+    # the network is EFA, which srifty's EC2 backend cannot measure (it attaches no EFA interface):
+    # the command runs nccl-tests on the user's own nodes and imports its log (srifty import-nccl)
+    by_nccl_tests: bool = False
 
     def sentence(self) -> str:
         lo, hi = self.interval_ratio
@@ -118,6 +131,13 @@ class MeasurementAdvice:
                   "against it the measurement would settle" if self.overlapping else
                   "; no other ranked row's interval overlaps the chosen one's, so the choice stands either way")
         spans = f"the interval spans x{lo:.2f} to x{hi:.2f} of {self.config}'s figure"
+        if self.part is MeasuredPart.NETWORK and self.by_nccl_tests:
+            about = (f"about ${self.usd:.2f} ({billed} on demand)" if self.usd is not None
+                     else f"about {billed} (no price in the catalog)")
+            return (f"the network between {self.instance_type} nodes is EFA and a prior, not measured ({spans}); "
+                    "srifty's EC2 backend cannot measure it (it attaches no EFA interface), but nccl-tests on two "
+                    f"of your nodes with the aws-ofi-nccl plugin can: `{self.command}`, {about}, for a model "
+                    f"fitted with that profile in its corpus (`srifty fit`){settle}.")
         if self.part is MeasuredPart.NETWORK:
             return (f"the network between {self.instance_type} nodes is a prior, not measured ({spans}): "
                     f"`{self.command}` measures it, {cost}, for a model fitted with that profile in its corpus "
@@ -145,23 +165,29 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
     """The one measurement that would make the chosen row's compute measured, or where it is, the
-    network between its nodes where that is a prior (of a mix, the first such type's) that
-    srifty's EC2 backend can measure: not an EFA one, since it attaches no EFA interface and its
-    allreduces run over TCP; None when neither applies."""
+    network between its nodes where that is a prior (of a mix, the first such type's that srifty's
+    EC2 backend can measure; an EFA one only where none is, since the backend attaches no EFA
+    interface and its allreduces run over TCP: nccl-tests on the user's own nodes then, imported
+    with `srifty import-nccl`); None when neither applies."""
     chosen = result.chosen
     unprofiled = [t for t in chosen.batch_split if t not in job.instance_types]
+    by_nccl_tests = False
     if chosen.source == "transferred" and unprofiled:
         itype = unprofiled[0]
         batch = chosen.batch_split[itype]
         command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
                    + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
         part, instances, hours = MeasuredPart.COMPUTE, 1, billed_hours(ProfileRequest(script=job.script))
-    elif chosen.nodes > 1 and (sweepable := [t for t in chosen.network_prior_types
-                                             if hardware_of(catalog, t).inter_kind != "efa"]):
-        itype = sweepable[0]
-        part, instances = MeasuredPart.NETWORK, NETWORK_SWEEP_NODES
-        command = (f"srifty profile --collectives --backend ec2 --nodes {instances} --instance-types {itype}"
-                   + (" --placement-group" if result.constraints.placement_group else ""))
+    elif chosen.nodes > 1 and chosen.network_prior_types:
+        efa = [t for t in chosen.network_prior_types if hardware_of(catalog, t).inter_kind == "efa"]
+        sweepable = [t for t in chosen.network_prior_types if t not in efa]
+        itype = (sweepable or efa)[0]
+        part, instances, by_nccl_tests = MeasuredPart.NETWORK, NETWORK_SWEEP_NODES, not sweepable
+        pg = result.constraints.placement_group
+        command = (nccl_tests_command(itype, hardware_of(catalog, itype).slots, pg) if by_nccl_tests else
+                   f"srifty profile --collectives --backend ec2 --nodes {instances} --instance-types {itype}"
+                   + (" --placement-group" if pg else ""))
+        # nccl-tests on two nodes takes about what the EC2 backend's sweep is billed for
         hours = billed_hours(ProfileRequest(script=None, collectives=True, nodes=instances))
     else:
         return None
@@ -173,7 +199,8 @@ def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> Mea
                              None if price is None else price * hours * instances,
                              (chosen.interval_ms[0] / chosen.iteration_ms, chosen.interval_ms[1] / chosen.iteration_ms),
                              overlapping, part, instances,
-                             part is MeasuredPart.COMPUTE and chosen.parts.get("overlap_source") == "recorded-on-cpu")
+                             part is MeasuredPart.COMPUTE and chosen.parts.get("overlap_source") == "recorded-on-cpu",
+                             by_nccl_tests)
 
 
 @dataclass
