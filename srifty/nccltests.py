@@ -53,7 +53,8 @@ class NcclLogError(SriftyError):
 
 @dataclass(frozen=True)
 class NcclRow:
-    """One message size of the result table: out-of-place time and bandwidths (in-place: its time)."""
+    """One message size of the result table: out-of-place time and bandwidths (GB/s, as nccl-tests
+    prints them; a profile's are Gbit/s), and the in-place time."""
 
     size_bytes: int
     count: int
@@ -236,7 +237,7 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
         "op": "allreduce", "world_size": world, "nodes": len(per_node), "workers_per_node": per_node,
         "instance_types": [instance_type], "bytes": r.size_bytes, "dtype": r.dtype,
         "times_ms": [r.time_us / 1e3], "median_ms": r.time_us / 1e3, "p10_ms": r.time_us / 1e3,
-        "p90_ms": r.time_us / 1e3, "algbw_gbps": r.algbw_gbytes_per_s, "busbw_gbps": r.busbw_gbytes_per_s,
+        "p90_ms": r.time_us / 1e3, "algbw_gbps": r.algbw_gbytes_per_s * 8, "busbw_gbps": r.busbw_gbytes_per_s * 8,
     } for r in sorted(by_size.values(), key=lambda r: r.size_bytes)]
     fitted = sum(1 for r in by_size.values() if r.size_bytes >= MIN_FIT_BYTES)
     if len(by_size) < len(log.rows):

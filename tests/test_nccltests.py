@@ -70,6 +70,9 @@ def test_a_log_reads_as_the_allreduces_srifty_ships_and_fits_the_same(tmp_path: 
     assert doc["kind"] == "collectives" and doc["cluster"]["network"]["nccl_network"] == "AWS Libfabric"
     assert [c["bytes"] for c in doc["collectives"]] == [int(r["size_bytes"]) for r in P4DE]
     assert [c["median_ms"] for c in doc["collectives"]] == pytest.approx([float(r["oop_time_us"]) / 1e3 for r in P4DE])
+    # nccl-tests prints GB/s, a profile holds Gbit/s (as srifty profile --collectives writes them)
+    busbw = [8 * float(r["oop_busbw_GBps"]) for r in P4DE]
+    assert [c["busbw_gbps"] for c in doc["collectives"]] == pytest.approx(busbw)
     rows = sorted(load_allreduce_rows([tmp_path / "p4de.json"]), key=lambda r: r.nbytes)
     shipped = _shipped_p4de()
     assert got.rows_fitted == len(rows) == len(shipped) > 10
