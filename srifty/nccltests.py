@@ -180,13 +180,13 @@ def _gpu_matches(catalog_gpu: str, device_name: str) -> bool:
     return bool(want) and all(w in words for w in want)
 
 
-def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu: str | None,
+def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu: str | None, gpu_count: int,
                         efa_capable: bool, transport: str | None = None, placement_group: bool = False,
                         nodes: int | None = None, gpus_per_node: int | None = None,
                         source: str = "the log", created_at: str = "") -> NcclImport:
     """The collectives profile of ``log`` (whose text is ``text``) measured on ``instance_type``
-    (``catalog_gpu``: its GPU as the catalog names it; ``efa_capable``: whether srifty takes its
-    network across nodes as EFA, Hardware.inter_kind).
+    (``catalog_gpu``, ``gpu_count``: its GPU as the catalog names it, and how many a node has;
+    ``efa_capable``: whether srifty takes its network across nodes as EFA, Hardware.inter_kind).
 
     ``transport`` (tcp/efa) where NCCL's INFO line does not say; ``nodes`` and ``gpus_per_node``
     where the log has no ``Rank`` lines (they must agree with those it has)."""
@@ -206,6 +206,10 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
                            "Give --nodes and --gpus-per-node, or the whole output of all_reduce_perf.")
     else:
         per_node = [gpus_per_node] * nodes
+    if gpu_count and max(per_node) > gpu_count:
+        raise NcclLogError(f"{source}: it ran {max(per_node)} ranks on one host, and {instance_type} has {gpu_count} "
+                           "GPUs.", "Check --instance-type (and --gpus-per-node): the fit would credit this network "
+                           "to it.")
     if len(per_node) < 2:
         raise NcclLogError(f"{source}: it ran on one node, where the allreduce never crosses the network.",
                            "Run all_reduce_perf across two or more nodes of the type (e.g. mpirun -np 16 -N 8 "
@@ -297,8 +301,8 @@ def import_log(log_path: str, out: str, instance_type: str, catalog: "Catalog", 
     except OSError as exc:
         raise NcclLogError(f"Cannot read the log {log_path}: {exc.strerror}.", "Check the path.") from None
     log = read_log(text, log_path)
-    got = collectives_profile(log, text, instance_type, it.gpu_name, hardware_of(catalog, instance_type).inter_kind
-                              == "efa", transport, placement_group, nodes, gpus_per_node, log_path,
-                              profile_file.utc_now())
+    got = collectives_profile(log, text, instance_type, it.gpu_name, it.gpu_count,
+                              hardware_of(catalog, instance_type).inter_kind == "efa", transport, placement_group,
+                              nodes, gpus_per_node, log_path, profile_file.utc_now())
     profile_file.save(got.doc, out)
     return got

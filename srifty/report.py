@@ -45,6 +45,8 @@ def profile_summary(p: Profile) -> dict[str, Any]:
         "backend": doc["cluster"]["backend"],
     }
     if p.kind == "collectives":
+        base["source"] = doc["cluster"].get("launcher")  # "nccl-tests": a log read by srifty import-nccl
+        base["transport"] = (doc["cluster"].get("network") or {}).get("transport")
         base["collectives"] = [
             {k: c.get(k) for k in ("world_size", "nodes", "bytes", "median_ms", "busbw_gbps")}
             for c in doc.get("collectives", [])
@@ -128,7 +130,9 @@ def render_profiles(summaries: Sequence[dict[str, Any]]) -> Any:
     for s in summaries:
         if s["kind"] != "collectives":
             continue
-        t = Table(title=f"Allreduce microbenchmark ({','.join(s['instance_types'])}, {s['backend']})", title_justify="left")
+        what = "Allreduce, nccl-tests log" if s.get("source") == "nccl-tests" else "Allreduce microbenchmark"
+        over = f" over {s['transport'].upper()}" if s.get("transport") else ""
+        t = Table(title=f"{what} ({','.join(s['instance_types'])}, {s['backend']}{over})", title_justify="left")
         for col in ("workers", "nodes", "message", "median ms", "bus bw (Gbit/s)"):
             t.add_column(col, justify="right")
         for c in s["collectives"]:

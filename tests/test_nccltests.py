@@ -103,6 +103,7 @@ def test_older_tables_and_logs_without_rank_lines_read_the_same(tmp_path: Path) 
     ("NCCL INFO Bootstrap : Using eth0\nall done\n", "no nccl-tests result table"),
     (_log(rows=[r for r in P4DE if int(r["size_bytes"]) < 1 << 20]), "none of its messages reaches 1 MiB"),
     (_log(gpu="NVIDIA H100 80GB HBM3"), "but p4de.24xlarge carries A100"),
+    (_log(hosts=HOSTS, per_node=16, rows=P4DE), "ran 16 ranks on one host, and p4de.24xlarge has 8 GPUs"),
 ])
 def test_a_log_that_cannot_measure_the_type_s_network_is_refused(tmp_path: Path, text: str, words: str) -> None:
     from srifty.nccltests import NcclLogError
@@ -142,6 +143,8 @@ def test_the_command_writes_a_profile_srifty_fit_reads(tmp_path: Path) -> None:
     res = run_srifty("import-nccl", str(log), "--instance-type", "p4de.24xlarge", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert str(out) in res.stdout and "29 message sizes" in res.stderr and "srifty fit" in res.stderr
+    shown = run_srifty("show", str(out))
+    assert shown.returncode == 0 and "Allreduce, nccl-tests log (p4de.24xlarge, nccl over EFA)" in shown.stdout
     res = run_srifty("fit", str(out.parent), str(ROOT / "profiles" / "emulated" / "mlp_recsys"), "--quick",
                      "--out", str(tmp_path / "m.npz"))
     assert res.returncode == 0, res.stderr
