@@ -45,8 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from srifty.validate import HeldOutCheck
 
 __all__ = ["Constraints", "Objective", "RecommendOutcome", "LaunchReport", "ValidationOutcome", "profile",
-           "profile_outputs", "profile_batches", "import_trace", "import_nccl_tests", "fit", "predict", "recommend", "write_plan", "launch",
-           "validate", "validate_holdout", "evaluate", "cleanup_ec2"]
+           "profile_outputs", "profile_batches", "import_trace", "import_nccl_tests", "fit", "predict", "recommend",
+           "write_plan", "launch", "validate", "validate_holdout", "evaluate", "cleanup_ec2"]
 
 Say = Callable[[str], None]
 

@@ -212,9 +212,9 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
                            "to it.")
     if len(per_node) < 2:
         raise NcclLogError(f"{source}: it ran on one node, where the allreduce never crosses the network.",
-                           "Run all_reduce_perf across two or more nodes of the type (e.g. mpirun -np 16 -N 8 "
-                           "all_reduce_perf -b 8 -e 2G -f 2 on two nodes of 8 GPUs): srifty fits a type's network "
-                           "on allreduces across nodes.")
+                           "Run all_reduce_perf across two or more nodes of the type (e.g. mpirun -np 16 -N 8 -x "
+                           "NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 2G -f 2 on two nodes of 8 GPUs): srifty fits a "
+                           "type's network on allreduces across nodes.")
     gpus = sorted({gpu for _, gpu in log.ranks.values()})
     if catalog_gpu and gpus and not all(_gpu_matches(catalog_gpu, g) for g in gpus):
         raise NcclLogError(f"{source}: its ranks ran on {', '.join(gpus)}, but {instance_type} carries "

@@ -77,7 +77,8 @@ def validate(doc: Any, source: str = "profile") -> None:
         )
     import jsonschema
 
-    errors = sorted(_validator(version).iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
+    errors = sorted(_validator(version).iter_errors(doc),
+                    key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
     if errors:
         err = jsonschema.exceptions.best_match(errors)
         raise ProfileFormatError(

@@ -83,6 +83,10 @@ class MeasuredPart(str, Enum):
     NETWORK = "network"  # the network between nodes of a type nobody measured (a collectives sweep on two)
 
 
+# instances of the type a network measurement runs on (`srifty profile --collectives --nodes 2`)
+NETWORK_SWEEP_NODES = 2
+
+
 def nccl_tests_command(instance_type: str, gpus_per_node: int, placement_group: bool = False) -> str:
     """nccl-tests' all_reduce_perf across NETWORK_SWEEP_NODES nodes of ``instance_type`` (one rank
     per GPU, NCCL saying which network it used) and its import as a collectives profile."""
@@ -91,10 +95,6 @@ def nccl_tests_command(instance_type: str, gpus_per_node: int, placement_group: 
     return (f"mpirun -np {n * gpus_per_node} -N {gpus_per_node} -x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 2G -f 2 "
             f"> {log} && srifty import-nccl {log} --instance-type {instance_type} --out {instance_type}-nccl.json"
             + (" --placement-group" if placement_group else ""))
-
-
-# instances of the type a network measurement runs on (`srifty profile --collectives --nodes 2`)
-NETWORK_SWEEP_NODES = 2
 
 
 @dataclass(frozen=True)
