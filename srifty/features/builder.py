@@ -18,7 +18,7 @@ from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
                                    overlap_checked_note, overlap_fitted_note, prior_network_note)
-from srifty.features.rows import FEATURES, RowEstimate, WorkerLayout
+from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowEstimate, WorkerLayout
 from srifty.opmodel import GpuStepModel
 from srifty.simulate import Link
 
@@ -202,20 +202,19 @@ class FeatureBuilder(WorkerCompute):
                 # faster (small messages on many nodes); the simulator prices the ring (gloo, on
                 # emulated hosts, has no tree): the step could be as fast as with the tree
                 step_low *= self.simulated(config, layout, inter, tree=True).iteration_ms / sim.iteration_ms
-            ready_unknown = not self.recorded_ready(layout) and sum(wpn_all) > 1
-            read, checked = self.job.overlap_fit is not None, self.job.overlap_check is not None
             overlap = self.overlap_source(layout)
-            if overlap in ("recorded-on-cpu", "default"):
+            if overlap in UNREAD_OVERLAP:
                 # when the gradients become ready is neither recorded (an imported trace) nor read:
                 # backward may hide the allreduce as the simulator assumes, or none of it (as in
                 # Pollux's deepspeech2 runs): the step alone, then every bucket's allreduce in turn
                 step_high *= (step_alone + sim.allreduce_ms) / sim.iteration_ms
-            if ready_unknown and read:
+            if overlap in ("read-from-sync", "read-from-steps"):
                 # a window read off a few sync times may be wrong down to DDP's usual overlap
                 usual = self.simulated(config, layout, inter, window=simulate.DEFAULT_BACKWARD_FRACTION)
                 step_low *= min(usual.iteration_ms / sim.iteration_ms, 1.0)
-            if ready_unknown:
-                note = (overlap_fitted_note(self.job) if read else overlap_checked_note(self.job) if checked
+            if overlap not in ("none", "recorded"):  # the recorded ready times do not hold for these workers
+                note = (overlap_fitted_note(self.job) if overlap in ("read-from-sync", "read-from-steps")
+                        else overlap_checked_note(self.job) if overlap == "default-checked"
                         else READY_ON_CPU_NOTE if overlap == "recorded-on-cpu" else READY_UNKNOWN_NOTE)
                 if note not in notes:
                     notes.append(note)

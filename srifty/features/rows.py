@@ -27,6 +27,8 @@ COMPUTE_TRANSFERS = ("same-gpu", "operator-model", "cpu-factors", "gpu-speed-fac
 # the last two, the interval reaches the step with none of it hidden). Most certain first.
 OVERLAP_SOURCES = ("none", "measured", "recorded", "read-from-sync", "read-from-steps", "default-checked",
                    "recorded-on-cpu", "default")
+# the last two: neither recorded for these workers nor read (the feature table's overlap_unknown)
+UNREAD_OVERLAP = ("recorded-on-cpu", "default")
 
 FEATURES = [
     "log_sim_ms", "log_compute_ms", "log_allreduce_ms", "comm_to_compute", "exposed_to_compute",
@@ -96,7 +98,7 @@ class RowEstimate:
         """Several workers of a job that neither records when its gradients become ready (for these
         workers) nor had that read off its sync times, as a window or DDP's usual overlap confirmed
         (srifty.features.overlap): the feature table's overlap_unknown."""
-        return self.overlap_source in ("recorded-on-cpu", "default")
+        return self.overlap_source in UNREAD_OVERLAP
 
     @property
     def same_gpu_transfer(self) -> bool:
