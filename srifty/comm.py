@@ -256,26 +256,32 @@ def fit_tcp_fallback(catalog: "Catalog", rows: Sequence[AllreduceRow], scale: Li
     return tuple(out)
 
 
-def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]) -> tuple[tuple[str, float, float], ...]:
+def fit_fast_links(catalog: "Catalog", rows: Sequence[AllreduceRow]
+                   ) -> tuple[tuple[str, float, float | None], ...]:
     """Per instance type with measured allreduces: the NVLink and EFA efficiencies minimising the
     median absolute log error of the allreduce estimate on that type's rows (types the catalog
-    does not know are skipped; an efficiency the rows cannot tell, e.g. EFA from one-node rows,
-    stays 1.0). Rows that ran over TCP (:func:`tcp_on_efa`) measure no fast link."""
+    does not know are skipped; NVLink stays 1.0 where the rows cannot tell it). A type whose rows
+    all ran within one node measures NVLink alone: its EFA efficiency is None, its network across
+    nodes a prior still (LinkScale.network_measured); such rows of a type whose GPUs share PCIe
+    measure no fast link. Rows that ran over TCP (:func:`tcp_on_efa`) measure no fast link."""
     import numpy as np
 
     known, _ = rows_in_catalog(catalog, [r for r in rows if not r.over_tcp])
     out = []
     for itype in sorted({r.instance_type for r in known}):
         mine = [r for r in known if r.instance_type == itype]
+        across = any(r.nodes >= 2 for r in mine)
+        if not across and hardware_of(catalog, itype).intra_kind != "nvlink":
+            continue
         y = np.array([r.us for r in mine])
         best = None
         for nv in (1.0,) + FAST_LINK_GRID:  # 1.0 first: ties keep the catalog's figure
-            for efa in (1.0,) + FAST_LINK_GRID:
+            for efa in ((1.0,) + FAST_LINK_GRID if across else (1.0,)):
                 err = float(np.median(np.abs(np.log(allreduce_us(catalog, mine, LinkScale(
                     fast_links=((itype, nv, efa),))) / y))))
                 if best is None or err < best[0] - 1e-9:
                     best = (err, nv, efa)
-        out.append((itype, best[1], best[2]))
+        out.append((itype, best[1], best[2] if across else None))
     return tuple(out)
 
 

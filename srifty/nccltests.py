@@ -6,12 +6,13 @@ nccl-tests is what most clusters have already run. :func:`read_log` reads the te
 say how many GPUs ran on how many hosts, and the ``NCCL INFO Using network ...`` line where
 ``NCCL_DEBUG=INFO`` was set); :func:`collectives_profile` turns it into the profile
 ``srifty profile --collectives`` writes, which ``srifty fit`` reads as it reads that one
-(srifty.features.load_allreduce_rows: the type's network over TCP, or its EFA efficiency).
+(srifty.features.load_allreduce_rows: across nodes, the type's network over TCP, or its EFA and
+NVLink efficiencies; within one node of an NVLink type, its NVLink efficiency alone).
 
 The out-of-place time of each message size is taken, as for the nccl-tests rows srifty ships
 (data/traces/nccl_tests_allreduce_aws.csv). A log that is not an allreduce (reduce_scatter_perf,
-all_gather_perf, ... print the same table) is refused, as is one of a single host: srifty fits a
-network from allreduces across two or more nodes.
+all_gather_perf, ... print the same table) is refused, as is one of a single host whose GPUs share
+PCIe: srifty fits PCIe within a node on training runs, and a network on allreduces across nodes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ WORD_BYTES = {"int8": 1, "uint8": 1, "char": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "h
               "int32": 4, "uint32": 4, "int": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8}
 REDUCTIONS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "all", "none")
 TRANSPORTS = ("tcp", "efa")
+# what a profile's network.transport says of an allreduce within one node (no network crossed)
+WITHIN_NODE = "nvlink"
+TRANSPORT_NAMES = {"tcp": "TCP", "efa": "EFA", WITHIN_NODE: "NVLink"}
 # the smallest message srifty fits a network on (srifty.features.load_allreduce_rows)
 MIN_FIT_BYTES = 1 << 20
 
@@ -183,10 +187,12 @@ def _gpu_matches(catalog_gpu: str, device_name: str) -> bool:
 def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu: str | None, gpu_count: int,
                         efa_capable: bool, transport: str | None = None, placement_group: bool = False,
                         nodes: int | None = None, gpus_per_node: int | None = None,
-                        source: str = "the log", created_at: str = "") -> NcclImport:
+                        source: str = "the log", created_at: str = "", nvlink: bool = False) -> NcclImport:
     """The collectives profile of ``log`` (whose text is ``text``) measured on ``instance_type``
     (``catalog_gpu``, ``gpu_count``: its GPU as the catalog names it, and how many a node has;
-    ``efa_capable``: whether srifty takes its network across nodes as EFA, Hardware.inter_kind).
+    ``efa_capable``: whether srifty takes its network across nodes as EFA, Hardware.inter_kind;
+    ``nvlink``: whether its GPUs share NVLink/NVSwitch, Hardware.intra_kind, which a log of one node
+    measures).
 
     ``transport`` (tcp/efa) where NCCL's INFO line does not say; ``nodes`` and ``gpus_per_node``
     where the log has no ``Rank`` lines (they must agree with those it has)."""
@@ -210,8 +216,11 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
         raise NcclLogError(f"{source}: it ran {max(per_node)} ranks on one host, and {instance_type} has {gpu_count} "
                            "GPUs.", "Check --instance-type (and --gpus-per-node): the fit would credit this network "
                            "to it.")
-    if len(per_node) < 2:
-        raise NcclLogError(f"{source}: it ran on one node, where the allreduce never crosses the network.",
+    if len(per_node) < 2 and (not nvlink or per_node[0] < 2):
+        why = ("one GPU, where the allreduce crosses no link" if per_node[0] < 2 else
+               f"one node, and {instance_type}'s GPUs share PCIe, which srifty fits on training runs (srifty "
+               "profile --nproc N on one node), not on allreduces")
+        raise NcclLogError(f"{source}: it ran on {why}.",
                            "Run all_reduce_perf across two or more nodes of the type (e.g. mpirun -np 16 -N 8 -x "
                            "NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 2G -f 2 on two nodes of 8 GPUs): srifty fits a "
                            "type's network on allreduces across nodes.")
@@ -224,7 +233,12 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
         raise NcclLogError(f"{source}: NCCL says it used the network '{log.network}' ({found}), not {transport} "
                            "as --transport says.", "Drop --transport: the log's own line is the measurement's.")
     notes: list[str] = []
-    chosen = transport or found or (None if efa_capable else "tcp")
+    if len(per_node) == 1:  # within one node NCCL runs over NVLink whatever network it loaded
+        chosen = WITHIN_NODE
+        notes.append(f"one node: this measures the NVLink between {instance_type}'s GPUs, not its network across "
+                     "nodes, which stays a prior until a log across nodes is imported")
+    else:
+        chosen = transport or found or (None if efa_capable else "tcp")
     if chosen is None:
         raise NcclLogError(f"{source}: {instance_type} has EFA, and the log does not say whether NCCL ran over it "
                            "or fell back to TCP sockets (no 'NCCL INFO Using network' line).",
@@ -266,7 +280,8 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
                       for h, n in zip(host_names, per_node)],
             "network": {"transport": chosen, "placement_group": placement_group,
                         "nccl_network": log.network,
-                        "transport_from": "the log" if found else "--transport" if transport else "the catalog"},
+                        "transport_from": "one node" if chosen == WITHIN_NODE else "the log" if found
+                        else "--transport" if transport else "the catalog"},
         },
         "environment": {"python": "unknown", "torch": None, "srifty": __version__, "nccl": log.nccl_version,
                         "nccl_tests": log.tests_version},
@@ -301,8 +316,9 @@ def import_log(log_path: str, out: str, instance_type: str, catalog: "Catalog", 
     except OSError as exc:
         raise NcclLogError(f"Cannot read the log {log_path}: {exc.strerror}.", "Check the path.") from None
     log = read_log(text, log_path)
-    got = collectives_profile(log, text, instance_type, it.gpu_name, it.gpu_count,
-                              hardware_of(catalog, instance_type).inter_kind == "efa", transport, placement_group,
-                              nodes, gpus_per_node, log_path, profile_file.utc_now())
+    hw = hardware_of(catalog, instance_type)
+    got = collectives_profile(log, text, instance_type, it.gpu_name, it.gpu_count, hw.inter_kind == "efa", transport,
+                              placement_group, nodes, gpus_per_node, log_path, profile_file.utc_now(),
+                              hw.intra_kind == "nvlink")
     profile_file.save(got.doc, out)
     return got

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from srifty.nccltests import TRANSPORT_NAMES
 from srifty.profile import Profile
 
 
@@ -131,7 +132,7 @@ def render_profiles(summaries: Sequence[dict[str, Any]]) -> Any:
         if s["kind"] != "collectives":
             continue
         what = "Allreduce, nccl-tests log" if s.get("source") == "nccl-tests" else "Allreduce microbenchmark"
-        over = f" over {s['transport'].upper()}" if s.get("transport") else ""
+        over = f" over {TRANSPORT_NAMES.get(s['transport'], s['transport'])}" if s.get("transport") else ""
         t = Table(title=f"{what} ({','.join(s['instance_types'])}, {s['backend']}{over})", title_justify="left")
         for col in ("workers", "nodes", "message", "median ms", "bus bw (Gbit/s)"):
             t.add_column(col, justify="right")

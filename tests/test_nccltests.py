@@ -99,7 +99,6 @@ def test_older_tables_and_logs_without_rank_lines_read_the_same(tmp_path: Path) 
 
 @pytest.mark.parametrize("text, words", [
     (_log(count_per_rank=16), "looks like reduce_scatter_perf's"),
-    (_log(hosts=HOSTS[:1], per_node=8), "ran on one node"),
     ("NCCL INFO Bootstrap : Using eth0\nall done\n", "no nccl-tests result table"),
     (_log(rows=[r for r in P4DE if int(r["size_bytes"]) < 1 << 20]), "none of its messages reaches 1 MiB"),
     (_log(gpu="NVIDIA H100 80GB HBM3"), "but p4de.24xlarge carries A100"),
@@ -111,6 +110,54 @@ def test_a_log_that_cannot_measure_the_type_s_network_is_refused(tmp_path: Path,
     with pytest.raises(NcclLogError, match=words):
         _import(tmp_path, text)
     assert not (tmp_path / "p4de.json").exists()
+
+
+def _one_node_rows(instance_type: str, gpus: int, nvlink_efficiency: float) -> list[dict[str, str]]:
+    """P4DE's message sizes on one node of ``gpus`` GPUs of ``instance_type``, at the times the
+    simulator gives its NVLink at ``nvlink_efficiency`` of the catalog's figure."""
+    from srifty.catalog import Catalog
+    from srifty.comm import allreduce_us
+    from srifty.features import AllreduceRow, LinkScale
+
+    rows = [AllreduceRow(instance_type, 1, gpus, float(r["size_bytes"]), 1.0) for r in P4DE]
+    us = allreduce_us(Catalog.default(), rows, LinkScale(fast_links=((instance_type, nvlink_efficiency, 1.0),)))
+    return [{**r, "oop_time_us": f"{t:.1f}", "oop_algbw_GBps": f"{int(r['size_bytes']) / t / 1e3:.2f}",
+             "oop_busbw_GBps": f"{int(r['size_bytes']) / t / 1e3 * 2 * (gpus - 1) / gpus:.2f}"}
+            for r, t in zip(P4DE, us)]
+
+
+def test_a_log_of_one_nvlink_node_measures_its_nvlink_and_leaves_its_network_a_prior(tmp_path: Path) -> None:
+    """Within one node of a type whose GPUs share NVLink, all_reduce_perf measures that link: the
+    fit recovers the efficiency the log was made at, and the type's network across nodes stays
+    a prior (its EFA efficiency unmeasured), where before any fitted entry counted as measured.
+    One node whose GPUs share PCIe, or one GPU, is refused."""
+    from srifty.catalog import Catalog
+    from srifty.comm import fit_fast_links
+    from srifty.features import LinkScale, hardware_of, load_allreduce_rows
+    from srifty.nccltests import NcclLogError
+
+    cat = Catalog.default()
+    text = _log(rows=_one_node_rows("p5en.48xlarge", 8, 0.35), hosts=HOSTS[:1], gpu="NVIDIA H200",
+                network=None)  # within a node no --transport is asked for
+    got = _import(tmp_path, text, instance_type="p5en.48xlarge")
+    assert (got.nodes, got.gpus_per_node, got.transport) == (1, [8], "nvlink")
+    assert "not its network across nodes" in got.notes[0]
+    rows = load_allreduce_rows([tmp_path / "p4de.json"])
+    assert len(rows) == got.rows_fitted > 10 and {(r.nodes, r.over_tcp) for r in rows} == {(1, False)}
+    assert fit_fast_links(cat, rows) == (("p5en.48xlarge", 0.35, None),)
+    scale = LinkScale(fast_links=fit_fast_links(cat, rows))
+    raw = hardware_of(cat, "p5en.48xlarge")
+    hw = scale.apply(raw)
+    assert hw.intra.gbytes_per_s == pytest.approx(0.35 * raw.intra.gbytes_per_s)
+    assert hw.inter.gbytes_per_s == raw.inter.gbytes_per_s and not scale.network_measured(raw)
+    assert LinkScale(fast_links=(("p5en.48xlarge", 0.35, 0.7),)).network_measured(raw)
+    shown = run_srifty("show", str(tmp_path / "p4de.json"))
+    assert shown.returncode == 0 and "Allreduce, nccl-tests log (p5en.48xlarge, nccl over NVLink)" in shown.stdout
+    one_t4_node = _log(rows=_one_node_rows("p5en.48xlarge", 4, 1.0), hosts=HOSTS[:1], per_node=4, gpu="Tesla T4")
+    with pytest.raises(NcclLogError, match="g4dn.12xlarge's GPUs share PCIe"):
+        _import(tmp_path, one_t4_node, instance_type="g4dn.12xlarge")
+    with pytest.raises(NcclLogError, match="one GPU"):
+        _import(tmp_path, _log(hosts=HOSTS[:1], per_node=1), instance_type="p4de.24xlarge")
 
 
 def test_the_transport_is_the_log_s_where_nccl_says_it(tmp_path: Path) -> None:

@@ -75,8 +75,8 @@ Reads the result table of nccl-tests' all_reduce_perf (its out-of-place times), 
 line (EFA or TCP sockets; else --transport on a type with EFA). The profile it writes is
 what `srifty profile --collectives` writes: put it in a corpus and `srifty fit` takes the
 type's network from it (its TCP figure, or its EFA and NVLink efficiencies) instead of
-the catalog's. The log must be an allreduce across two or more nodes, with messages of
-1 MiB or more.
+the catalog's. The log must be an allreduce with messages of 1 MiB or more, across two or
+more nodes, or within one node of a type whose GPUs share NVLink (its NVLink alone).
 """)
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--instance-type", "-t", required=True, help="The instance type the log was recorded on.")
@@ -94,6 +94,7 @@ def import_nccl_cmd(log: str, instance_type: str, out: str, transport: str | Non
     """Turn nccl-tests' all_reduce_perf output into the network measurement srifty fits."""
     from srifty import api
     from srifty.catalog import Catalog
+    from srifty.nccltests import TRANSPORT_NAMES, WITHIN_NODE
 
     got = api.import_nccl_tests(log, out, instance_type, Catalog.default(), transport=transport,
                                 placement_group=placement_group, nodes=nodes, gpus_per_node=gpus_per_node)
@@ -102,8 +103,9 @@ def import_nccl_cmd(log: str, instance_type: str, out: str, transport: str | Non
     click.echo(out)
     sizes = len(got.doc["collectives"])
     click.echo(f"imported {sizes} message sizes of an allreduce on {got.nodes} x {instance_type} "
-               f"({'+'.join(map(str, got.gpus_per_node))} GPUs, over {got.transport.upper()}), {got.rows_fitted} of "
-               "them 1 MiB or more; `srifty fit` on a corpus holding it takes the type's network from them", err=True)
+               f"({'+'.join(map(str, got.gpus_per_node))} GPUs, over {TRANSPORT_NAMES[got.transport]}), {got.rows_fitted} "
+               f"of them 1 MiB or more; `srifty fit` on a corpus holding it takes the type's "
+               f"{'NVLink' if got.transport == WITHIN_NODE else 'network'} from them", err=True)
 
 
 @click.command("fit", epilog="""\b

@@ -47,7 +47,8 @@ class LinkScale:
     figures). TCP networks and PCIe within a node (with a latency multiplier) are fitted by the
     communication model on measured multi-worker training runs; NVLink/NVSwitch and EFA links
     keep the catalog's figures, except on instance types with measured allreduces (nccl-tests),
-    which get their own efficiencies (``fast_links``: (type, NVLink efficiency, EFA efficiency)).
+    which get their own efficiencies (``fast_links``: (type, NVLink efficiency, EFA efficiency), the
+    EFA one None where the type's allreduces all ran within one node and so never crossed its network).
     A figure fitted on one kind of link never stands in for another: one fitted on TCP g4dn
     clusters put p4d/p5 allreduces at 3-10x their measured time."""
 
@@ -55,7 +56,7 @@ class LinkScale:
     inter_efficiency: float | None = None
     intra_efficiency: float = 1.0  # PCIe
     latency_factor: float = 1.0  # TCP and PCIe latencies
-    fast_links: tuple[tuple[str, float, float], ...] = ()
+    fast_links: tuple[tuple[str, float, float | None], ...] = ()
     # Emulated hosts (tc tbf links) are not scaled by the fitted efficiencies above (those are
     # fitted on real clusters): their goodput is the tbf framing prior or a fit on the
     # allreduce sweeps (srifty.model.fit_emulated_links), with a per-step latency in µs.
@@ -198,7 +199,7 @@ class LinkScale:
         else:  # a type whose network was never measured: PCIe at its line rate, the network its prior
             intra_eff, intra_lat = 1.0, self.latency_factor
         if hw.inter_kind == "efa":
-            inter = Link(hw.inter.gbytes_per_s * measured[1], hw.inter.latency_us)
+            inter = Link(hw.inter.gbytes_per_s * (1.0 if measured[1] is None else measured[1]), hw.inter.latency_us)
         else:
             inter = Link(self.tcp_gbps(hw) / 8.0, hw.inter.latency_us * self.latency_factor)
         notes = hw.notes
@@ -209,11 +210,11 @@ class LinkScale:
 
     def network_measured(self, hw: Hardware) -> bool:
         """Whether ``hw``'s inter-node network was measured (emulated links always are, by the
-        sweeps or their prior; EFA by nccl-tests; TCP by runs or allreduces on the type)."""
+        sweeps or their prior; EFA by nccl-tests across nodes; TCP by runs or allreduces on the type)."""
         if hw.emulated:
             return True
         if hw.inter_kind == "efa":
-            return any(name == hw.name for name, _, _ in self.fast_links)
+            return any(name == hw.name and efa is not None for name, _, efa in self.fast_links)
         return self.tcp_measured(hw.name)
 
 

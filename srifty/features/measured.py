@@ -61,28 +61,33 @@ class AllreduceRow:
 
 
 def load_allreduce_rows(paths: Sequence[str | Path], min_bytes: float = 1 << 20) -> list[AllreduceRow]:
-    """Allreduces of ``srifty profile --collectives`` across 2+ nodes of one real instance type (the
-    EC2 backend), messages of ``min_bytes`` or more: what the network of that type measured. The
-    EC2 backend's runs are over TCP (it attaches no EFA interface; a profile that does not say
-    so is one of its), in a placement group where the profile says so."""
+    """Allreduces of collectives profiles of one real instance type, messages of ``min_bytes`` or
+    more: across 2+ nodes (``srifty profile --collectives`` on the EC2 backend, or a cluster's
+    nccl-tests log read by ``srifty import-nccl``) they measure the type's network; within one node
+    of several GPUs, its link between them (not on CPU workers, which allreduce through memory).
+    The EC2 backend's runs are over TCP (it attaches no EFA interface; a profile that does not say
+    so is one of its), in a placement group where the profile says so; within a node no run
+    crosses the network."""
     out = []
     for p in _profile_files(paths):
         if p.kind != "collectives":
             continue
         cl = p.doc.get("cluster") or {}
         types = set(cl.get("instance_types") or [])
-        if cl.get("launcher") == "emulated" or len(types) != 1 or int(cl.get("nodes") or 1) < 2:
+        if cl.get("launcher") == "emulated" or len(types) != 1:
             continue
         (itype,) = types
         network = cl.get("network") or {}
         over_tcp = network.get("transport", "tcp" if cl.get("launcher") == "ec2" else None) == "tcp"
         grouped = network.get("placement_group") is True
         for c in p.doc.get("collectives") or []:
-            if c.get("op") == "allreduce" and int(c.get("nodes") or 1) >= 2 and c.get("median_ms") \
+            nodes = int(c.get("nodes") or 1)
+            within = int(c["world_size"]) >= 2 and cl.get("device") != "cpu"
+            if c.get("op") == "allreduce" and (nodes >= 2 or within) and c.get("median_ms") \
                     and float(c["bytes"]) >= min_bytes:
-                wpn = c.get("workers_per_node") or [int(c["world_size"]) // int(c["nodes"])]
-                out.append(AllreduceRow(itype, int(c["nodes"]), int(max(wpn)), float(c["bytes"]),
-                                        float(c["median_ms"]) * 1e3, over_tcp, grouped))
+                wpn = c.get("workers_per_node") or [int(c["world_size"]) // nodes]
+                out.append(AllreduceRow(itype, nodes, int(max(wpn)), float(c["bytes"]),
+                                        float(c["median_ms"]) * 1e3, over_tcp and nodes >= 2, grouped))
     return out
 
 
