@@ -197,6 +197,18 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
     ``transport`` (tcp/efa) where NCCL's INFO line does not say; ``nodes`` and ``gpus_per_node``
     where the log has no ``Rank`` lines (they must agree with those it has)."""
     hosts = log.hosts()
+    notes: list[str] = []
+    if len(hosts) == 1 and gpu_count and len(log.ranks) > gpu_count:  # one name for several hosts: containers
+        ((name, ranks),) = hosts.items()
+        if nodes is None or ranks % nodes or ranks // nodes > gpu_count:
+            raise NcclLogError(f"{source}: its {ranks} ranks all name the host {name}, and {instance_type} has "
+                               f"{gpu_count} GPUs, so the log does not say how many nodes ran it (containers whose "
+                               "hostnames are the same print one name).",
+                               "Give --nodes, the nodes the run used (each with the same number of ranks), and "
+                               "check --instance-type.")
+        hosts = {f"{name} ({i + 1} of {nodes})": ranks // nodes for i in range(nodes)}
+        notes.append(f"the log's ranks all name the host {name}: taken as {nodes} nodes of {ranks // nodes} GPUs, as "
+                     "--nodes says")
     if hosts:
         per_node = list(hosts.values())
         if nodes is not None and nodes != len(per_node):
@@ -232,7 +244,6 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
     if transport is not None and found is not None and transport != found:
         raise NcclLogError(f"{source}: NCCL says it used the network '{log.network}' ({found}), not {transport} "
                            "as --transport says.", "Drop --transport: the log's own line is the measurement's.")
-    notes: list[str] = []
     if len(per_node) == 1:  # within one node NCCL runs over NVLink whatever network it loaded
         chosen = WITHIN_NODE
         notes.append(f"one node: this measures the NVLink between {instance_type}'s GPUs, not its network across "
@@ -268,6 +279,7 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
         notes.append(f"{instance_type} has EFA, but this run used TCP sockets: it measures the fallback, the slow "
                      "end of the type's interval, not its EFA network")
     ranks = sorted(log.ranks.items())
+    every_gpu = sorted({g for _, g in log.ranks.values()})  # hosts named by --nodes: any rank's
     host_names = list(hosts) or [f"node{i}" for i in range(len(per_node))]
     doc = {
         "schema_version": 2, "kind": "collectives", "status": "complete", "partial_reason": None,
@@ -276,7 +288,7 @@ def collectives_profile(log: NcclLog, text: str, instance_type: str, catalog_gpu
             "launcher": "nccl-tests", "backend": "nccl", "device": "cuda", "world_size": world,
             "nodes": len(per_node), "workers_per_node": per_node, "instance_types": [instance_type],
             "hosts": [{"name": h, "instance_type": instance_type, "workers": n,
-                       "spec": {"gpus": sorted({g for _, (host, g) in ranks if host == h})}}
+                       "spec": {"gpus": sorted({g for _, (host, g) in ranks if host == h}) or every_gpu}}
                       for h, n in zip(host_names, per_node)],
             "network": {"transport": chosen, "placement_group": placement_group,
                         "nccl_network": log.network,

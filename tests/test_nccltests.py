@@ -97,6 +97,24 @@ def test_older_tables_and_logs_without_rank_lines_read_the_same(tmp_path: Path) 
         _import(tmp_path, _log(), nodes=4)
 
 
+def test_hosts_that_print_one_name_are_split_as_nodes_says(tmp_path: Path) -> None:
+    """Containers may all print the same hostname: 16 ranks "on" one host of an 8-GPU type cannot
+    be one node, so --nodes says how many there were (an even split), and without it the log is
+    refused rather than credited to the wrong link."""
+    from srifty.nccltests import NcclLogError
+
+    full = _import(tmp_path, _log())
+    one_name = _log(hosts=("trainer", "trainer"))
+    with pytest.raises(NcclLogError, match="all name the host trainer.*Give --nodes"):
+        _import(tmp_path, one_name)
+    with pytest.raises(NcclLogError, match="all name the host trainer"):
+        _import(tmp_path, one_name, nodes=3)
+    got = _import(tmp_path, one_name, nodes=2)
+    assert (got.nodes, got.gpus_per_node) == (2, [8, 8]) and "taken as 2 nodes of 8 GPUs" in got.notes[0]
+    assert got.doc["collectives"] == full.doc["collectives"]
+    assert [h["spec"]["gpus"] for h in got.doc["cluster"]["hosts"]] == [["NVIDIA A100-SXM4-80GB"]] * 2
+
+
 @pytest.mark.parametrize("text, words", [
     (_log(count_per_rank=16), "looks like reduce_scatter_perf's"),
     ("NCCL INFO Bootstrap : Using eth0\nall done\n", "no nccl-tests result table"),

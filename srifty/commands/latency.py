@@ -65,13 +65,14 @@ def import_cmd(trace: str, out_dir: str, skip_bad: bool, replace: bool) -> None:
 Examples:
   mpirun -np 16 -N 8 -x NCCL_DEBUG=INFO all_reduce_perf -b 8 -e 2G -f 2 > p4d-2nodes.log   # on the cluster
   srifty import-nccl p4d-2nodes.log --instance-type p4d.24xlarge --out mine/p4d-nccl.json
+  srifty import-nccl p5en-1node.log -t p5en.48xlarge --out mine/p5en-nvlink.json   # one node: its NVLink
   srifty fit profiles/pollux profiles/lambda profiles/emulated mine/ --out model.npz
   srifty predict --profile my.json --config 4xp4d.24xlarge --model model.npz
 
 \b
 Reads the result table of nccl-tests' all_reduce_perf (its out-of-place times), the
 '# Rank N ... on HOST device ...' lines (how many GPUs ran on how many nodes; else give
---nodes and --gpus-per-node) and, where NCCL_DEBUG=INFO was set, NCCL's 'Using network'
+--nodes and --gpus-per-node, and --nodes where containers all print one hostname) and, where NCCL_DEBUG=INFO was set, NCCL's 'Using network'
 line (EFA or TCP sockets; else --transport on a type with EFA). The profile it writes is
 what `srifty profile --collectives` writes: put it in a corpus and `srifty fit` takes the
 type's network from it (its TCP figure, or its EFA and NVLink efficiencies) instead of
@@ -86,7 +87,7 @@ more nodes, or within one node of a type whose GPUs share NVLink (its NVLink alo
 @click.option("--placement-group/--no-placement-group", default=False, show_default=True,
               help="Whether the nodes sat in a cluster placement group (10 Gbit/s per TCP flow, not 5).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None,
-              help="Nodes the run used, where the log has no Rank lines.")
+              help="Nodes the run used, where the log has no Rank lines or they all name one host.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
               help="GPUs per node, where the log has no Rank lines.")
 def import_nccl_cmd(log: str, instance_type: str, out: str, transport: str | None, placement_group: bool,
