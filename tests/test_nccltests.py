@@ -151,7 +151,9 @@ def test_a_log_of_one_nvlink_node_measures_its_nvlink_and_leaves_its_network_a_p
     One node whose GPUs share PCIe, or one GPU, is refused."""
     from srifty.catalog import Catalog
     from srifty.comm import fit_fast_links
-    from srifty.features import LinkScale, hardware_of, load_allreduce_rows
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, LinkScale, hardware_of, load_allreduce_rows, load_job
+    from srifty.model import fitted_link_types, network_source
     from srifty.nccltests import NcclLogError
 
     cat = Catalog.default()
@@ -169,6 +171,13 @@ def test_a_log_of_one_nvlink_node_measures_its_nvlink_and_leaves_its_network_a_p
     assert hw.intra.gbytes_per_s == pytest.approx(0.35 * raw.intra.gbytes_per_s)
     assert hw.inter.gbytes_per_s == raw.inter.gbytes_per_s and not scale.network_measured(raw)
     assert LinkScale(fast_links=(("p5en.48xlarge", 0.35, 0.7),)).network_measured(raw)
+    # what a prediction says of its links: within one node fitted on the type, across nodes a prior
+    builder = FeatureBuilder(load_job(str(ROOT / "profiles" / "pollux" / "imagenet")), cat, scale)
+    fitted = fitted_link_types(None, scale)
+    assert [network_source(builder, parse_config(c).resolved(cat), fitted)
+            for c in ("1xp5en.48xlarge:8", "2xp5en.48xlarge:8")] == ["fitted-on-type", "prior"]
+    assert network_source(FeatureBuilder(builder.job, cat), parse_config("1xp5en.48xlarge:8").resolved(cat),
+                          fitted_link_types(None, LinkScale())) == "prior"
     shown = run_srifty("show", str(tmp_path / "p4de.json"))
     assert shown.returncode == 0 and "Allreduce, nccl-tests log (p5en.48xlarge, nccl over NVLink)" in shown.stdout
     one_t4_node = _log(rows=_one_node_rows("p5en.48xlarge", 4, 1.0), hosts=HOSTS[:1], per_node=4, gpu="Tesla T4")
