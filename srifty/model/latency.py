@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.errors import SriftyError
 from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
-from srifty.model.residual import (BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS, STEP_FLOOR_SCATTER, HeldOut,
+from srifty.model.residual import (BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS, REPEAT_SCATTER, HeldOut,
                                    ResidualPart, compute_share, flagged, share_bin)
 from srifty.trees import TreeEnsemble
 
@@ -466,6 +466,11 @@ class LatencyModel:
             hi = np.vstack([center + np.hypot(hi[0] - center, reach),
                             np.maximum(np.minimum(hi[0], hi[1] + reach), center + np.hypot(hi[1] - center, reach))])
             hi = np.where(unread, hi[1], hi[0])
+            # one worker on a profiled type off its profiled batches: the bounds hold for the
+            # compute's true time, and a measurement scatters about it
+            off_batch = single & ~transferred & ((np.asarray(X["batch_low"], dtype=float) < 1.0)
+                                                 | (np.asarray(X["batch_high"], dtype=float) > 1.0))
+            lo, hi = lo - np.where(off_batch, REPEAT_SCATTER, 0.0), hi + np.where(off_batch, REPEAT_SCATTER, 0.0)
         else:
             hi = hi[0]
         sim = np.asarray(X["sim_ms"], dtype=float)
@@ -475,7 +480,7 @@ class LatencyModel:
         # measurements. Not on emulated hosts: their runs repeat to ~9% only (docs/REPEATABILITY.md)
         if "compute_ms" in X.columns:
             low_ratio = np.minimum(np.asarray(X["batch_low"], dtype=float), 1.0) if "batch_low" in X.columns else 1.0
-            floor = np.log(np.asarray(X["compute_ms"], dtype=float) * low_ratio / sim) - STEP_FLOOR_SCATTER
+            floor = np.log(np.asarray(X["compute_ms"], dtype=float) * low_ratio / sim) - REPEAT_SCATTER
             on_measured = ((np.asarray(X["world_size"], dtype=float) > 1) & ~transferred
                            & (np.asarray(X["emulated"], dtype=float) == 0))
             lo = np.where(on_measured, np.maximum(lo, np.minimum(floor, center)), lo)

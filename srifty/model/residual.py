@@ -14,14 +14,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-# how far (log) a measured step may fall below its slowest worker's compute alone: the scatter of
-# repeated measurements of one configuration (Pollux's noise floor, 4.9%: docs/ACCURACY.md)
-STEP_FLOOR_SCATTER = 0.05
+# the scatter (log) of repeated measurements of one configuration (Pollux's noise floor, 4.9%:
+# docs/ACCURACY.md): how far a measured step may fall below its slowest worker's compute alone, or a
+# worker's measured compute outside the bounds at another batch (ComputeCurve.bounds), which hold
+# for its true time
+REPEAT_SCATTER = 0.05
 # the predicted share of the step beyond its slowest worker's compute alone, binned (upper edges):
 # compute-bound, mixed, communication-bound. The interval is calibrated per bin, since a model never
 # seen misses its hidden communication by less than its exposed one
 EXPOSED_SHARE_EDGES = (0.10, 0.40)
-BIN_MIN_HALF_WIDTH = 2 * STEP_FLOOR_SCATTER
+BIN_MIN_HALF_WIDTH = 2 * REPEAT_SCATTER
 MIN_BIN_ROWS = 20  # a held-out group's rows in a share bin below this: its quantiles there are not used
 
 

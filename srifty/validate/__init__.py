@@ -15,7 +15,7 @@
 """
 
 from srifty.validate.allreduce import COMM_METHODS, AllreduceCheck, render_allreduce, validate_allreduce
-from srifty.validate.batch import (BATCH_BOUND_SLACK, BATCH_RATIO_BINS, BatchCheck, batch_scaling_summary,
+from srifty.validate.batch import (BATCH_RATIO_BINS, BatchCheck, batch_scaling_summary,
                                    render_batch_scaling, validate_batch_scaling)
 from srifty.validate.holdout import HeldOutCheck, HeldOutRow, check_held_out
 from srifty.validate.folds import catalog_without_gpu_of, fit_pollux, model_regimes, run_fold, validate
@@ -30,7 +30,7 @@ from srifty.validate.timeline import TimelineCheck, render_cpu_timeline, timelin
 
 __all__ = [
     "COMM_METHODS", "AllreduceCheck", "render_allreduce", "validate_allreduce",
-    "BATCH_BOUND_SLACK", "BATCH_RATIO_BINS", "BatchCheck", "batch_scaling_summary", "render_batch_scaling",
+    "BATCH_RATIO_BINS", "BatchCheck", "batch_scaling_summary", "render_batch_scaling",
     "validate_batch_scaling",
     "HeldOutCheck", "HeldOutRow", "check_held_out",
     "catalog_without_gpu_of", "fit_pollux", "model_regimes", "run_fold", "validate",

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Sequence
 
 from srifty.features import JobProfile
+from srifty.model.residual import REPEAT_SCATTER
 from srifty.validate.gpu_transfer import read_gavel
 
 
 # --------------------------------------------------------------------------- compute at another batch
 
 BATCH_RATIO_BINS = ((1.0, 2.0), (2.0, 4.0), (4.0, float("inf")))  # larger / smaller batch
-BATCH_BOUND_SLACK = 0.02  # a measured time counts as inside the bounds within the profiler's 2% CI target
 
 
 def _ratio_bin(lo: float, hi: float) -> str:
@@ -46,10 +46,14 @@ class BatchCheck:
         return abs(self.ms * self.target_batch / self.batch / self.target_ms - 1.0) * 100
 
     def inside_bounds(self) -> bool:
+        """Whether the measured time lies within the bounds, each end widened by the scatter of
+        repeated measurements, as a one-worker prediction's interval is (LatencyModel.predict_interval)."""
+        import math
+
         from srifty.features import ComputeCurve
 
         lo, hi = ComputeCurve.from_points([(self.batch, self.ms)]).bounds(self.target_batch)
-        return lo * (1 - BATCH_BOUND_SLACK) <= self.target_ms <= hi * (1 + BATCH_BOUND_SLACK)
+        return lo * math.exp(-REPEAT_SCATTER) <= self.target_ms <= hi * math.exp(REPEAT_SCATTER)
 
 
 def validate_batch_scaling(jobs_by_dataset: dict[str, Sequence[JobProfile]], gavel: str | Path | None = None
@@ -108,7 +112,9 @@ def render_batch_scaling(checks: Sequence[BatchCheck]) -> str:
              "per batch): the time at one batch predicted from the other's alone. srifty's point estimate from a "
              "single batch is proportional to the batch; a prediction at a batch outside the profiled ones also "
              "gets the bounds of `ComputeCurve.bounds` in its interval (a larger batch takes no less time, and no "
-             f"more per sample), and a warning. 'inside' counts measured times within those bounds (±{BATCH_BOUND_SLACK:.0%}).",
+             "more per sample), and a warning. 'inside' counts measured times within those bounds, each end widened "
+             f"by the scatter of repeated measurements (×e^±{REPEAT_SCATTER:g}, `REPEAT_SCATTER`), as the interval "
+             "of one worker on its profiled type is.",
              "",
              "| data | jobs | " + " | ".join(f"batch ×{_ratio_bin(lo, hi)}: pairs, proportional MAPE % (median), inside"
                                            for lo, hi in BATCH_RATIO_BINS) + " |",

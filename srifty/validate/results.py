@@ -215,7 +215,7 @@ def coverage_verdict(cell: dict[str, Any]) -> str:
     """What a cell of :func:`group_cells` misses of the coverage target, in words ("" when it meets it, "few
     rows" when it has fewer than TARGET_MIN_ROWS; its share inside in whole per cent, as the pages print
     it). A cell too wide whose rows lie within ±BIN_MIN_HALF_WIDTH in log of the prediction (twice the
-    scatter of repeated runs on a real cluster, STEP_FLOOR_SCATTER; emulated runs scatter further) more
+    scatter of repeated runs on a real cluster, REPEAT_SCATTER; emulated runs scatter further) more
     often than the target's upper share says so: no honest interval could hold fewer of them."""
     if cell["rows"] < TARGET_MIN_ROWS:
         return "few rows"
