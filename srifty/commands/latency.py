@@ -72,12 +72,13 @@ Examples:
 \b
 Reads the result table of nccl-tests' all_reduce_perf (its out-of-place times), the
 '# Rank N ... on HOST device ...' lines (how many GPUs ran on how many nodes; else give
---nodes and --gpus-per-node, and --nodes where containers all print one hostname) and, where NCCL_DEBUG=INFO was set, NCCL's 'Using network'
-line (EFA or TCP sockets; else --transport on a type with EFA). The profile it writes is
-what `srifty profile --collectives` writes: put it in a corpus and `srifty fit` takes the
-type's network from it (its TCP figure, or its EFA and NVLink efficiencies) instead of
-the catalog's. The log must be an allreduce with messages of 1 MiB or more, across two or
-more nodes, or within one node of a type whose GPUs share NVLink (its NVLink alone).
+--nodes and --gpus-per-node, and --nodes where containers all print one hostname) and,
+where NCCL_DEBUG=INFO was set, NCCL's 'Using network' line (EFA or TCP sockets; else
+--transport on a type with EFA). The profile it writes is what `srifty profile
+--collectives` writes: put it in a corpus and `srifty fit` takes the type's network from
+it (its TCP figure, or its EFA and NVLink efficiencies) instead of the catalog's. The log
+must be an allreduce with messages of 1 MiB or more, across two or more nodes, or within
+one node of a type whose GPUs share NVLink (its NVLink alone).
 """)
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--instance-type", "-t", required=True, help="The instance type the log was recorded on.")
@@ -103,10 +104,11 @@ def import_nccl_cmd(log: str, instance_type: str, out: str, transport: str | Non
         _warn(note)
     click.echo(out)
     sizes = len(got.doc["collectives"])
-    click.echo(f"imported {sizes} message sizes of an allreduce on {got.nodes} x {instance_type} "
-               f"({'+'.join(map(str, got.gpus_per_node))} GPUs, over {TRANSPORT_NAMES[got.transport]}), {got.rows_fitted} "
-               f"of them 1 MiB or more; `srifty fit` on a corpus holding it takes the type's "
-               f"{'NVLink' if got.transport == WITHIN_NODE else 'network'} from them", err=True)
+    gpus = "+".join(map(str, got.gpus_per_node))
+    click.echo(f"imported {sizes} message sizes of an allreduce on {got.nodes} x {instance_type} ({gpus} GPUs, over "
+               f"{TRANSPORT_NAMES[got.transport]}), {got.rows_fitted} of them 1 MiB or more; `srifty fit` on a corpus "
+               f"holding it takes the type's {'NVLink' if got.transport == WITHIN_NODE else 'network'} from them",
+               err=True)
 
 
 @click.command("fit", epilog="""\b
