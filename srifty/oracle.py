@@ -90,11 +90,15 @@ class ModelOracle:
                 if note not in self.notes:
                     self.notes.append(note)
         batches = rows["local_batch_size"].to_numpy(dtype=float)
+        # rows that are points of a type's compute curve (the solver's ``curve`` rows), no candidate:
+        # no note is about them
+        curve = rows["curve"].to_numpy(dtype=bool) if "curve" in rows.columns else np.zeros(len(configs), bool)
         # batches outside those measured for the type's compute (FeatureBuilder.batch_bounds says so;
         # not the operator model's, whose interval is its own, nor a network prior's widening)
         extrapolated = {(t, b) for t, b in set(zip(types.tolist(), batches.tolist()))
                         if self.builder.batch_bounds(str(t), b)[1] is not None}
         outside = np.array([(t, b) in extrapolated for t, b in zip(types.tolist(), batches.tolist())], dtype=bool)
+        outside &= ~curve
         by_source: dict[str, list[str]] = {}  # one note per profiled curve the extrapolations come from
         for t in sorted(set(types[outside])):
             by_source.setdefault(self.builder.profiled_batches(str(t)), []).append(str(t))
@@ -137,7 +141,7 @@ class ModelOracle:
         # per type, the least per-worker batch that does not fit its GPU (left_out_notes: one note per need)
         least: dict[str, Any] = {}
         for i in range(len(configs)):
-            for m in table.memory_short(i):
+            for m in ([] if curve[i] else table.memory_short(i)):
                 if m.instance_type not in least or m.batch < least[m.instance_type].batch:
                     least[m.instance_type] = m
         for note in left_out_notes(list(least.values())):

@@ -137,6 +137,39 @@ def test_mix_splits_the_batch_by_speed_and_keeps_the_global_batch():
     assert all(x.global_batch == pytest.approx(96) for x in r.recommendations)
 
 
+def test_a_mix_of_launch_bound_gpus_is_split_on_their_compute_curves():
+    """cnn_resnet on one H200 (profiles/h200) takes 7.7 ms of compute at batch 32 and hardly more at
+    128: a step bound by kernel launches. A mix of H100 and H200 nodes at a global batch of 1024 is
+    split where both types' compute, each on its own curve at its share of the batch, takes the
+    same time; taken as linear in the batch through the origin, the split put that time at 2.3 ms,
+    under what either GPU takes at any batch, and ranked such mixes first at 1.8 times the
+    throughput of the same nodes of one type."""
+    import pandas as pd
+
+    cat = Catalog.default()
+    job, hosts = oracle.load_inputs([str(ROOT / "profiles" / "h200" / "cnn_resnet")], cat)
+    model = oracle.ModelOracle(job, hosts, None)  # the simulator: compute is the same with the residual
+    c = solver.Constraints(budget_per_hour=60, max_nodes=4, global_batch_size=1024,
+                           instance_types="p5.48xlarge,p5en.48xlarge")
+    res = solver.solve(model, cat, c, top=40)
+    mixes = [r for r in res.recommendations if r.mixed]
+    assert mixes
+    for r in mixes:
+        split = list(r.batch_split.items())
+        one_node = model.predict_rows(pd.DataFrame({"instance_type": [t for t, _ in split], "workers_per_node": 8,
+                                                    "nodes": 1, "local_batch_size": [max(b, 1.0) for _, b in split]}))
+        alone = dict(zip([t for t, _ in split], one_node["compute_ms"]))
+        if min(b for _, b in split) >= 1:  # each type's compute at its share is the mix's compute
+            assert list(alone.values()) == pytest.approx([r.parts["compute_ms"]] * 2, rel=0.02), r.config
+        else:  # one type is slower at any batch than the other at all of it: the mix waits for its step
+            assert max(alone.values()) == pytest.approx(r.parts["compute_ms"], rel=0.02), r.config
+        assert r.parts["compute_ms"] > 7.0  # no less than the H200 itself takes at the least batch profiled
+        assert sum(8 * parse_config(r.config).groups[i].count * split[i][1] for i in range(2)) == pytest.approx(1024)
+    best_mix = max(r.raw_throughput_samples_per_s for r in mixes)
+    best_one = max(r.raw_throughput_samples_per_s for r in res.recommendations if not r.mixed)
+    assert best_mix < 1.2 * best_one
+
+
 def test_a_mix_whose_split_leaves_the_profiled_batches_takes_in_their_bounds():
     cat, oracle = emulated()
     r = all_feasible(budget_per_hour=5.0, global_batch_size=96)
@@ -227,13 +260,14 @@ class _FakeCatalog:
 
 
 class _FakeOracle:
-    """compute = batch / speed; iteration = compute + overhead(n) + intra-node cost (w − 1); a type
-    may hold at most some per-worker batch in its GPU's memory."""
+    """compute = fixed + batch / speed (a step bound by kernel launches grows less than its batch);
+    iteration = compute + overhead(n) + intra-node cost (w − 1); a type may hold at most some
+    per-worker batch in its GPU's memory."""
 
     notes: list = []
 
     def __init__(self, types, max_batch=None):
-        self.types = types  # name -> (speed, alpha, beta, gamma)
+        self.types = types  # name -> (speed, alpha, beta, gamma[, fixed compute ms])
         self.max_batch = max_batch or {}  # name -> the most per-worker batch its GPU holds (default: any)
 
     def default_local_batch(self):
@@ -242,9 +276,9 @@ class _FakeOracle:
     def predict_rows(self, rows):
         import numpy as np
 
-        p = np.array([self.types[t] for t in rows["instance_type"]])
+        p = np.array([tuple(self.types[t]) + (0.0,) * (5 - len(self.types[t])) for t in rows["instance_type"]])
         n, w = rows["nodes"].to_numpy(float), rows["workers_per_node"].to_numpy(float)
-        comp = rows["local_batch_size"].to_numpy(float) / p[:, 0]
+        comp = p[:, 4] + rows["local_batch_size"].to_numpy(float) / p[:, 0]
         it = comp + np.where(n > 1, p[:, 1] + p[:, 2] * np.log2(n), 0.0) + p[:, 3] * (w - 1)
         out = rows.copy()
         out["iteration_ms"], out["interval_low_ms"], out["interval_high_ms"] = it, it * 0.9, it * 1.2
@@ -262,8 +296,9 @@ def small_catalogs(draw):
     rows, types, figs, max_batch = [], {}, [], {}
     for i in range(k):
         if figs and draw(st.booleans()):
-            slots, speed, alpha, beta, gamma, od, spot_f, lam = draw(st.sampled_from(figs))
+            slots, speed, alpha, beta, gamma, od, spot_f, lam, fixed = draw(st.sampled_from(figs))
             speed *= draw(st.sampled_from([1.0, 1.0, 2.0]))  # a faster GPU ...
+            fixed += draw(st.sampled_from([0.0, 0.0, 4.0, -2.0]))  # ... launch-bound to another degree
             alpha += draw(st.sampled_from([0.0, 0.0, 1.0, 6.0]))  # ... may come with a slower network
             beta += draw(st.sampled_from([0.0, 0.0, 0.5, -0.25]))
             od += draw(st.sampled_from([0.0, 0.5, 1.0, -0.25]))
@@ -276,9 +311,11 @@ def small_catalogs(draw):
             od = draw(st.sampled_from([1.0, 2.0, 3.0, 4.0]))
             spot_f = draw(st.sampled_from([None, 0.3, 0.5, 1.0]))
             lam = draw(st.sampled_from([0.0, 0.05, 0.2]))
-        figs.append((slots, speed, alpha, beta, gamma, od, spot_f, lam))
+            fixed = draw(st.sampled_from([0.0, 0.0, 2.0, 8.0]))
+        fixed = max(fixed, 0.0)
+        figs.append((slots, speed, alpha, beta, gamma, od, spot_f, lam, fixed))
         name = f"t{i}.x"
-        types[name] = (speed, alpha, beta, gamma)
+        types[name] = (speed, alpha, beta, gamma, fixed)
         spot = round(od * spot_f, 4) if spot_f is not None else float("nan")
         rows.append(("r1", name, slots, "G", od, spot, lam))
         max_batch[name] = draw(st.sampled_from([float("inf"), float("inf"), 10.0, 40.0, 100.0]))

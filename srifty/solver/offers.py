@@ -3,13 +3,15 @@
 :func:`build_offers`: every catalog instance type that passes the filters in each market it is
 sold in, with its price and interruption rate (:class:`Offers`). :func:`_grid`: the homogeneous
 grid (type, workers per node, nodes, per-worker batch) predicted once by the
-:class:`srifty.oracle.ThroughputOracle`, leaving out a type it cannot predict.
+:class:`srifty.oracle.ThroughputOracle`, leaving out a type it cannot predict, with each type's
+compute at more batches for the mixes.
 :func:`_goodput_into`: spot goodput, interruptions discounted.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -88,8 +90,18 @@ def _goodput_into(out: "np.ndarray", raw: "np.ndarray", rate: "np.ndarray", ckpt
     out *= raw
 
 
-def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[str]) -> tuple["pd.DataFrame", float]:
-    """The homogeneous model grid: one row per distinct (type, workers per node, nodes, batch)."""
+def curve_batches(c: Constraints, b_ref: float) -> list[float]:
+    """The per-worker batches at which each type's compute is also predicted, on one full node, so
+    that a mix equalises its two types' compute on their curves (``space.MixCurves``): powers of
+    two from 1 to the global batch, or to 64 times the reference batch without one."""
+    top = float(c.global_batch_size) if c.global_batch_size else 64.0 * b_ref
+    return [2.0 ** k for k in range(0, int(math.log2(top)) + 1)]
+
+
+def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[str]
+          ) -> tuple["pd.DataFrame", "pd.DataFrame", float]:
+    """The homogeneous model grid, one row per distinct (type, workers per node, nodes, batch), and
+    each type's compute on one full node at :func:`curve_batches` (what mixes are split on)."""
     import numpy as np
     import pandas as pd
 
@@ -100,8 +112,9 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
         for w in range(1, slots + 1):
             for n in range(1, c.max_nodes + 1):
                 b = c.global_batch_size / (w * n) if c.global_batch_size else b_ref
-                rows.append((t, w, n, float(b)))
-    grid = pd.DataFrame(rows, columns=["instance_type", "workers_per_node", "nodes", "local_batch_size"])
+                rows.append((t, w, n, float(b), False))
+        rows += [(t, slots, 1, b, True) for b in curve_batches(c, b_ref)]
+    grid = pd.DataFrame(rows, columns=["instance_type", "workers_per_node", "nodes", "local_batch_size", "curve"])
     try:
         out = oracle.predict_rows(grid)
     except SriftyError:  # some type cannot be predicted: find which, say so, go on without it
@@ -117,7 +130,9 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
             raise SriftyError("The latency model cannot predict any instance type that passes the filters.",
                               " ".join(notes[:3])) from None
         out = oracle.predict_rows(grid)
+    curve = out[out["curve"]].drop(columns="curve").reset_index(drop=True)
+    out = out[~out["curve"]].drop(columns="curve").reset_index(drop=True)
     out["world"] = out["workers_per_node"] * out["nodes"]
     out["throughput"] = out["world"] * out["local_batch_size"] / (out["iteration_ms"] / 1e3)
     out["overhead_ms"] = np.maximum(out["iteration_ms"] - out["compute_ms"], 0.0)
-    return out, time.perf_counter() - t0
+    return out, curve, time.perf_counter() - t0

@@ -81,6 +81,8 @@ def _config_text(j: int, space: _Space) -> str:
 
 def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
                     usd_total: "np.ndarray | None") -> Recommendation:
+    import numpy as np
+
     blk, k = space.locate(j)
     offers, grid = space.offers, space.grid
     config = _config_text(j, space)
@@ -103,23 +105,24 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         ma, mb = offers.market[a], offers.market[bb]
         market = ma.value if ma is mb else "mixed"
         wa, wb = int(offers.slots[a]) * na, int(offers.slots[bb]) * nb
-        ra, rb = float(space.tab.speed[a]), float(space.tab.speed[bb])
         gb = float(space.global_batch) if space.global_batch else space.b_ref * (wa + wb)
-        tc = gb / (wa * ra + wb * rb)
-        split = {ta: ra * tc, tb: rb * tc}
+        tcs, bas, bbs = space.tab.curves.equalised(a, np.array([bb]), np.array([[float(wa)]]),
+                                                   np.array([[float(wb)]]), gb)
+        tc = float(tcs[0, 0])
+        split = {ta: float(bas[0, 0]), tb: float(bbs[0, 0])}
         total = na + nb
         rows = grid[(grid["nodes"] == total) & (((grid["instance_type"] == ta) & (grid["workers_per_node"] == offers.slots[a])) |
                                                 ((grid["instance_type"] == tb) & (grid["workers_per_node"] == offers.slots[bb])))]
         rel_lo = float((rows["interval_low_ms"] / rows["iteration_ms"]).min())
         rel_hi = float((rows["interval_high_ms"] / rows["iteration_ms"]).max())
-        # the split takes each type's compute as linear in its batch; outside the batches profiled
-        # it lies within ComputeCurve.bounds, and the equalised step within the slower type's
+        # the split is made on each type's compute curve; outside the batches profiled its compute
+        # lies within ComputeCurve.bounds, and the equalised step within the slower type's
         lows, highs = [1.0], [1.0]
         for o, t in ((a, ta), (bb, tb)):
             b0, b1 = space.tab.profiled[o]
             if b1 and split[t] > b1:
                 lows.append(b1 / split[t])
-            elif b0 and split[t] < b0:
+            elif b0 and 0 < split[t] < b0:  # none of the batch: the type's workers step at its floor
                 highs.append(b0 / split[t])
         rel_lo, rel_hi = min(rel_lo, max(lows)), max(rel_hi, max(highs))
         it = float(gb / cat["raw"][j] * 1e3)  # after the sum-of-parts cap

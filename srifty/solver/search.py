@@ -16,8 +16,9 @@ the module of srifty.solver that holds each step:
    interruptions and no more spot, so no objective or constraint can prefer it (``space``).
 4. **Compose** (numpy, vectorised): homogeneous candidates directly; mixes of two offers of
    different types over every node split with ``nA + nB <= max_nodes``. Synchronous data
-   parallelism waits for the slowest worker, so the global batch is split in proportion
-   to each type's per-worker speed (compute time equalised); the gradient allreduce over
+   parallelism waits for the slowest worker, so the global batch is split where the two
+   types' compute times are equal, on each type's compute curve (``space.MixCurves``: a
+   step bound by kernel launches barely grows with the batch); the gradient allreduce over
    the whole cluster costs the larger of the two types' communication overheads at the
    total node count (the slowest link bounds it). A mix is capped at the sum of its
    parts' throughputs (here; a row's figures: ``rows``).
@@ -61,12 +62,12 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     t_start = time.perf_counter()
     obj, reason = choose_objective(c, objective)
     offers, notes = build_offers(catalog, c)
-    grid, model_s = _grid(oracle, offers, c, notes)
+    grid, curve, model_s = _grid(oracle, offers, c, notes)
     N = c.max_nodes
     b_ref = float(c.local_batch_size or oracle.default_local_batch())
     mixing = bool(c.heterogeneous and c.max_types >= 2 and N >= 2)
 
-    tab = _offer_table(offers, grid, N)
+    tab = _offer_table(offers, grid, N, curve)
     units, limits = _capacity_units(offers, c.capacity)
     # the most nodes of each offer alone within every limit of its market (inf: none counts it)
     cap_nodes = np.array([min((lim.max_nodes(t) for lim in c.capacity if lim.market is m), default=np.inf)
@@ -130,21 +131,14 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         P = len(Bs)
         shp = (P, len(nA))
         r_raw = raw[sl].reshape(shp); r_price = price[sl].reshape(shp); r_rate = rate[sl].reshape(shp)
-        wa, sa = float(offers.slots[a]), float(offers.slots[a] * tab.speed[a])
-        wb, sb = offers.slots[Bs].astype(float)[:, None], (offers.slots[Bs] * tab.speed[Bs])[:, None]
-        # total speed S (samples/ms) and global batch G
-        S = sb * fB; S += sa * fA
-        if c.global_batch_size:
-            G: Any = float(c.global_batch_size)
-        else:
-            G = wb * fB; G += wa * fA; G *= b_ref
-        # iteration = G / S (compute, equalised) + the slower link's overhead at the total node count
-        over = np.maximum(over_s[Bs], over_s[a])
-        np.divide(G, S, out=S)  # S now holds the compute time (ms): a worker's batch is its speed times it
+        wa, wb = float(offers.slots[a]), offers.slots[Bs].astype(float)[:, None]
+        G: Any = float(c.global_batch_size) if c.global_batch_size else (wb * fB + wa * fA) * b_ref
+        # iteration = compute (equalised on the two types' curves) + the slower link's overhead at
+        # the total node count
+        S, batch_a, batch_b = tab.curves.equalised(a, Bs, wa * fA, wb * fB, G)
         if fits is not None:
-            fits[sl].reshape(shp)[:] = ((tab.speed[a] * S <= tab.max_batch[a])
-                                        & (tab.speed[Bs][:, None] * S <= tab.max_batch[Bs][:, None]))
-        S += over  # S now holds the iteration time (ms)
+            fits[sl].reshape(shp)[:] = (batch_a <= tab.max_batch[a]) & (batch_b <= tab.max_batch[Bs][:, None])
+        S += np.maximum(over_s[Bs], over_s[a])  # S now holds the iteration time (ms)
         np.divide(G, S, out=r_raw); r_raw *= 1e3
         cap = cap_b[Bs]
         cap += cap_a[a]
@@ -232,5 +226,5 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
-    return Result(obj, reason, c, n_cand, len(grid), pruned, time.perf_counter() - t_start, model_s, recs, pareto,
-                  int(len(feasible_idx)), notes)
+    return Result(obj, reason, c, n_cand, len(grid) + len(curve), pruned, time.perf_counter() - t_start, model_s, recs,
+                  pareto, int(len(feasible_idx)), notes)

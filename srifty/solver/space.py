@@ -22,12 +22,105 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @dataclass
+class MixCurves:
+    """Each offer's per-worker batch at a common grid of compute times (ms): the inverse of its
+    compute curve on a full node (the model's compute at every batch the grid and its curve rows
+    predicted, made non-decreasing in the batch, as ComputeCurve.bounds has it), linear between
+    grid times, proportional beyond its largest batch. Below its smallest batch the curve follows
+    its first segment's line down to no batch at all (as ComputeCurve.at does, within its bounds):
+    a step bound by kernel launches takes about as long at any batch, and no worker of the type
+    steps in less (``floor_ms``). A mix's two types run at the one compute time at which their
+    workers' batches add up to the global batch, and no faster than either's floor (:meth:`equalised`)."""
+
+    times_ms: "np.ndarray"  # M, increasing
+    batch: "np.ndarray"  # offers × M: per-worker batch computed in each time
+    floor_ms: "np.ndarray"  # offers: the compute time of no batch at all
+
+    @classmethod
+    def from_points(cls, points: Sequence[tuple["np.ndarray", "np.ndarray"] | None], size: int = 256) -> "MixCurves":
+        """``points``: per offer (batches, compute ms) on a full node, or None (no rows)."""
+        import numpy as np
+
+        curves = []
+        for p in points:
+            if p is None or not len(p[0]):
+                curves.append(None)
+                continue
+            order = np.argsort(p[0], kind="stable")
+            b, t = np.asarray(p[0], dtype=float)[order], np.maximum.accumulate(np.asarray(p[1], dtype=float)[order])
+            # no batch: the first segment's line at 0, within [0, t0] (one point: proportional, 0)
+            first = t[0] - (t[1] - t[0]) / (b[1] - b[0]) * b[0] if len(b) > 1 and b[1] > b[0] else 0.0
+            curves.append((np.concatenate([[0.0], b]), np.concatenate([[min(max(first, 0.0), t[0])], t])))
+        known = [c for c in curves if c is not None]
+        lo = min((float(t[1]) for _, t in known), default=1.0) / 4.0
+        hi = max((float(t[-1]) for _, t in known), default=1.0) * 4.0
+        times = np.geomspace(max(lo, 1e-9), max(hi, 2 * lo, 1e-6), size)
+        batch, floor = np.zeros((len(curves), size)), np.zeros(len(curves))
+        for i, c in enumerate(curves):
+            if c is None:
+                continue
+            b, t = c
+            floor[i] = t[0]
+            # strictly increasing times for the inverse (a flat stretch: its largest batch wins)
+            t = t + np.arange(len(t)) * 1e-12 * float(t[-1])
+            batch[i] = np.where(times > t[-1], b[-1] * times / t[-1], np.interp(times, t, b, left=0.0))
+        return cls(times, batch, floor)
+
+    def node_batch(self, slots: "np.ndarray") -> "np.ndarray":
+        """offers × M: one full node's batch at each compute time."""
+        return slots[:, None] * self.batch
+
+    def equalised(self, a: int, Bs: "np.ndarray", workers_a: "np.ndarray", workers_b: "np.ndarray",
+                  global_batch: "np.ndarray | float") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+        """(compute ms, per-worker batch on a, on B): ``workers_a`` workers of offer ``a`` beside
+        ``workers_b`` of each offer of ``Bs`` (arrays of shape (len(Bs), splits)), at the one
+        compute time where their batches add up to ``global_batch``, or the floor of the slower to
+        start, whose workers then get (almost) none of the batch."""
+        import numpy as np
+
+        Bs = np.asarray(Bs)
+        size = len(self.times_ms)  # a power of two (from_points)
+        ba = self.batch[a]
+        bb = self.batch[Bs].ravel()  # len(Bs) × size, flat
+        base = (np.arange(len(Bs)) * size)[:, None]
+        workers_a, workers_b = np.asarray(workers_a, dtype=float), np.asarray(workers_b, dtype=float)
+
+        def total(m: "np.ndarray") -> "np.ndarray":
+            return workers_a * ba.take(m) + workers_b * bb.take(base + m)
+
+        # m: how many grid times fall short of the global batch (the first that reaches it), by halves
+        m = np.zeros(np.broadcast(workers_a, workers_b, base).shape, dtype=np.intp)
+        step = size // 2
+        while step:
+            m += step * (total(m + (step - 1)) < global_batch)
+            step //= 2
+        m += total(np.minimum(m, size - 1)) < global_batch  # size: every grid time falls short
+        beyond = m >= size  # past the grid's last time: proportional
+        m = np.minimum(m, size - 1)
+        prev = np.maximum(m - 1, 0)
+        first = m == 0  # before the grid's first time: from no batch at no time
+        g1, t1 = total(m), self.times_ms.take(m)
+        g0, t0 = np.where(first, 0.0, total(prev)), np.where(first, 0.0, self.times_ms.take(prev))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(beyond, 1.0, np.clip((global_batch - g0) / (g1 - g0), 0.0, 1.0))
+            t = np.where(beyond, t1 * global_batch / g1, t0 + w * (t1 - t0))
+            scale = np.where(beyond, global_batch / g1, 1.0)
+
+        def at(x1: "np.ndarray", x0: "np.ndarray") -> "np.ndarray":
+            x0 = np.where(first, 0.0, x0)
+            return (x0 + w * (x1 - x0)) * scale
+
+        floor = np.maximum(self.floor_ms[a], self.floor_ms[Bs][:, None])
+        return np.maximum(t, floor), at(ba.take(m), ba.take(prev)), at(bb.take(base + m), bb.take(base + prev))
+
+
+@dataclass
 class _OfferTable:
     """Per-offer figures the composition needs (arrays aligned by offer index; full nodes = every slot used)."""
 
     cap: "np.ndarray"  # offers × N: raw throughput of n full nodes (samples/s)
     over: "np.ndarray"  # offers × N: communication overhead (ms) at n nodes
-    speed: "np.ndarray"  # per-worker samples/ms from one full node's compute at its batch
+    curves: MixCurves  # per-worker batch against compute time, on a full node
     profiled: "np.ndarray"  # offers × 2: the least and most batch its compute was measured at (0: none)
     hom: "np.ndarray"  # offers × (max slots) × N: raw throughput of n nodes with w workers each (nan: no row)
     rows: dict[int, "np.ndarray"]  # offer -> grid index of its homogeneous rows
@@ -36,12 +129,14 @@ class _OfferTable:
     max_batch: "np.ndarray"
 
 
-def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
+def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int, curve: "pd.DataFrame | None" = None) -> _OfferTable:
+    """``curve``: more rows of one full node per type (offers._grid), points of its compute curve."""
     import numpy as np
 
     k = len(offers.instance_type)
     wmax = int(offers.slots.max())
-    cap = np.zeros((k, N)); over = np.zeros((k, N)); speed = np.zeros(k); profiled = np.zeros((k, 2))
+    cap = np.zeros((k, N)); over = np.zeros((k, N)); profiled = np.zeros((k, 2))
+    points: list[tuple[np.ndarray, np.ndarray] | None] = [None] * k
     hom = np.full((k, wmax, N), np.nan)
     valid = np.zeros(k, bool)
     max_batch = np.full(k, np.inf)
@@ -64,12 +159,15 @@ def _offer_table(offers: Offers, grid: "pd.DataFrame", N: int) -> _OfferTable:
         valid[i] = True
         rows[i] = idx
         cap[i] = g_thr[full]; over[i] = g_over[full]
-        speed[i] = g_lb[full[0]] / g_cmp[full[0]]
+        more = (curve[(curve["instance_type"] == t) & (curve["workers_per_node"] == offers.slots[i])]
+                if curve is not None else grid.iloc[:0])
+        points[i] = (np.concatenate([g_lb[full], more["local_batch_size"].to_numpy(dtype=float)]),
+                     np.concatenate([g_cmp[full], more["compute_ms"].to_numpy(dtype=float)]))
         profiled[i] = g_prof[full[0]]
         if g_max is not None:
             max_batch[i] = g_max[full[0]]
         hom[i, g_w[idx] - 1, g_n[idx] - 1] = g_thr[idx]
-    return _OfferTable(cap, over, speed, profiled, hom, rows, valid, max_batch)
+    return _OfferTable(cap, over, MixCurves.from_points(points), profiled, hom, rows, valid, max_batch)
 
 
 def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
@@ -80,12 +178,14 @@ def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
     import numpy as np
 
     spot = np.array([m is Market.SPOT for m in offers.market])
-    node_speed = offers.slots * tab.speed
+    # a node's batch in every compute time (linear between the grid's times, proportional beyond)
+    node_batch = tab.curves.node_batch(offers.slots.astype(float))
     hom = np.where(np.isnan(tab.hom), -np.inf, tab.hom)
     weak = (tab.valid[:, None] & tab.valid[None, :]
             & (offers.price[:, None] <= offers.price[None, :]) & (offers.rate[:, None] <= offers.rate[None, :])
             & (spot[:, None] <= spot[None, :]) & (offers.slots[:, None] >= offers.slots[None, :])
-            & (node_speed[:, None] >= node_speed[None, :])
+            & (node_batch[:, None, :] >= node_batch[None, :, :]).all(axis=2)
+            & (tab.curves.floor_ms[:, None] <= tab.curves.floor_ms[None, :])
             & (tab.cap[:, None, :] >= tab.cap[None, :, :]).all(axis=2)
             & (tab.over[:, None, :] <= tab.over[None, :, :]).all(axis=2))
     cand = np.nonzero(weak)
