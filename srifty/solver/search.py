@@ -135,7 +135,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         G: Any = float(c.global_batch_size) if c.global_batch_size else (wb * fB + wa * fA) * b_ref
         # iteration = compute (equalised on the two types' curves) + the slower link's overhead at
         # the total node count
-        S, batch_a, batch_b = tab.curves.equalised(a, Bs, wa * fA, wb * fB, G)
+        S, batch_a, batch_b = tab.curves.equalised(a, Bs, wa * fA, wb * fB, G, batches=fits is not None)
         if fits is not None:
             fits[sl].reshape(shp)[:] = (batch_a <= tab.max_batch[a]) & (batch_b <= tab.max_batch[Bs][:, None])
         S += np.maximum(over_s[Bs], over_s[a])  # S now holds the iteration time (ms)

@@ -71,11 +71,12 @@ class MixCurves:
         return slots[:, None] * self.batch
 
     def equalised(self, a: int, Bs: "np.ndarray", workers_a: "np.ndarray", workers_b: "np.ndarray",
-                  global_batch: "np.ndarray | float") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+                  global_batch: "np.ndarray | float", batches: bool = True
+                  ) -> tuple["np.ndarray", "np.ndarray | None", "np.ndarray | None"]:
         """(compute ms, per-worker batch on a, on B): ``workers_a`` workers of offer ``a`` beside
         ``workers_b`` of each offer of ``Bs`` (arrays of shape (len(Bs), splits)), at the one
         compute time where their batches add up to ``global_batch``, or the floor of the slower to
-        start, whose workers then get (almost) none of the batch."""
+        start, whose workers then get (almost) none of the batch. ``batches`` False: the time alone."""
         import numpy as np
 
         Bs = np.asarray(Bs)
@@ -104,14 +105,16 @@ class MixCurves:
         with np.errstate(divide="ignore", invalid="ignore"):
             w = np.where(beyond, 1.0, np.clip((global_batch - g0) / (g1 - g0), 0.0, 1.0))
             t = np.where(beyond, t1 * global_batch / g1, t0 + w * (t1 - t0))
+            floored = np.maximum(t, np.maximum(self.floor_ms[a], self.floor_ms[Bs][:, None]))
+            if not batches:
+                return floored, None, None
             scale = np.where(beyond, global_batch / g1, 1.0)
 
         def at(x1: "np.ndarray", x0: "np.ndarray") -> "np.ndarray":
             x0 = np.where(first, 0.0, x0)
             return (x0 + w * (x1 - x0)) * scale
 
-        floor = np.maximum(self.floor_ms[a], self.floor_ms[Bs][:, None])
-        return np.maximum(t, floor), at(ba.take(m), ba.take(prev)), at(bb.take(base + m), bb.take(base + prev))
+        return floored, at(ba.take(m), ba.take(prev)), at(bb.take(base + m), bb.take(base + prev))
 
 
 @dataclass
