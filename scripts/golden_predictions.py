@@ -42,6 +42,8 @@ SETUPS: list[tuple[list[str], str, int]] = [
     (["profiles/h200/cnn_resnet"], "1xp5en.48xlarge:1", 128),
     # one worker on its profiled type at a batch it was not profiled at: the batch's bounds
     (["profiles/h200/cnn_resnet/b32.json"], "1xp5en.48xlarge:1", 512),
+    # a job profiled at three batches, across nodes at one of them: that batch's ready times
+    (["profiles/h200/cnn_resnet"], "2xp5en.48xlarge", 32),
     ([f"{EMU}/1xemu.medium-b16.json", f"{EMU}/1xemu.small-b16.json", f"{EMU}/1xemu.net-b16.json"],
      "1xemu.medium+2xemu.net", 16),
     ([f"{EMU}/1xemu.medium-b16.json", f"{EMU}/1xemu.small-b16.json"], "3xemu.small", 16),

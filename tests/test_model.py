@@ -808,6 +808,40 @@ def test_a_job_of_cpu_and_gpu_profiles_takes_the_gpu_s_ready_times() -> None:
     assert not est.overlap_unknown
 
 
+def test_a_job_profiled_at_several_batches_takes_the_nearest_batch_s_ready_times() -> None:
+    """The H200 profiles of cnn_resnet put the first of its two buckets at 0.37, 0.27 and 0.13 of
+    backward at batches 32, 128 and 512 (profiles/h200, as job_from_profiles reads them): a row at
+    a batch simulates with the ready times and backward share recorded nearest it, whatever the
+    profiles' file names, and a one-batch job keeps its only ones."""
+    import dataclasses
+
+    from srifty import simulate
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, load_job
+
+    job = load_job(str(ROOT / "profiles/h200/cnn_resnet"))
+    assert [t.batch for t in job.ready_by_batch] == [32, 128, 512]
+    assert [round(t.fractions[0], 2) for t in job.ready_by_batch] == [0.37, 0.27, 0.13]
+    assert [job.ready_times_at(b).batch for b in (8, 63, 64, 65, 300, 4096)] == [32, 32, 32, 128, 512, 512]
+    cat = Catalog.default()
+    config = parse_config("2xp5en.48xlarge").resolved(cat)
+    slow = simulate.Link(0.5, 30.0)  # a network slow enough that when the buckets are ready shows
+
+    def step_ms(j: Any, batch: float) -> float:
+        builder = FeatureBuilder(j, cat)
+        return builder.simulated(config, builder.workers(config, batch), slow).iteration_ms
+
+    for batch, nearest in ((32, job.ready_by_batch[0]), (512, job.ready_by_batch[2])):
+        alone = dataclasses.replace(job, ready_fractions=list(nearest.fractions),
+                                    backward_fraction=nearest.backward_fraction, ready_by_batch=())
+        assert step_ms(job, batch) == pytest.approx(step_ms(alone, batch))
+    first = dataclasses.replace(job, ready_by_batch=())  # the first profile's (batch 128) at every batch
+    assert step_ms(first, 32) != pytest.approx(step_ms(job, 32), rel=1e-3)
+    one = load_job(str(ROOT / "profiles/h200/cnn_resnet/b32.json"))
+    assert len(one.ready_by_batch) == 1 and one.ready_times_at(512) is None
+
+
 def test_the_cpu_timeline_check_predicts_both_ways_on_the_held_out_model(pollux_jobs: list[Any], tmp_path: Path
                                                                         ) -> None:
     """validate_cpu_timeline holds a model out as lomo-1gpu does, gives it its CPU profile's

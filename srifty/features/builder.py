@@ -104,7 +104,7 @@ class FeatureBuilder(WorkerCompute):
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
             intra = inter
         return WorkerLayout(hws, wpn_all, cycles, transferred, notes, loosest, loose_notes,
-                            (batch_low, batch_high), intra, inter, emulated)
+                            (batch_low, batch_high), intra, inter, emulated, float(local_batch_size))
 
     def ring_intra_gbytes_per_s(self, group: NodeGroup, hw: Hardware) -> float:
         """GB/s of ``group``'s intra-node hops in a ring across nodes: its type's figure there
@@ -154,13 +154,18 @@ class FeatureBuilder(WorkerCompute):
         """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
         between nodes, the ring's or (``tree``) NCCL's tree across nodes; ``window``: the share of
         backward over which the buckets become ready, if not the job's. Where the recorded ready times
-        do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly."""
+        do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly; where
+        one-worker profiles at several batches recorded them, the nearest batch's hold (with its
+        backward share: JobProfile.ready_times_at)."""
         buckets, fracs = self.buckets()
+        backward = self.job.backward_fraction
         if fracs is not None and not self.recorded_ready(layout):
             fracs = None
+        elif fracs is not None and (nearest := self.job.ready_times_at(layout.batch)) is not None:
+            fracs, backward = nearest.fractions, nearest.backward_fraction  # recorded nearest this batch
         return simulate.simulate_iteration(
             layout.compute_ms, buckets, layout.workers_per_node, layout.intra, inter,
-            window or self.job.backward_fraction or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
+            window or backward or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
             optimizer_ms=layout.step_alone_ms - layout.compute_ms,
             overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, layout.cycles)
                               if layout.emulated else 0.0),

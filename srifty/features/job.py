@@ -3,6 +3,8 @@ files and corpora."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -126,6 +128,16 @@ class ComputeCurve:
         return self.batches[0], self.batches[-1]
 
 
+@dataclass(frozen=True)
+class ReadyTimes:
+    """When each gradient bucket became ready, as shares of backward, and backward's share of the
+    compute, as one worker's profile at ``batch`` recorded them."""
+
+    batch: float
+    backward_fraction: float
+    fractions: tuple[float, ...]
+
+
 @dataclass
 class JobProfile:
     """Everything srifty knows about one model (job), from one or more profiles."""
@@ -143,6 +155,8 @@ class JobProfile:
     # the device the ready times were recorded on (the profile's cluster.device: "cpu" or "cuda");
     # None where the profile does not say. A CPU's do not carry to a GPU (FeatureBuilder.recorded_ready)
     ready_device: str | None = None
+    # every one-worker profile's ready times on that device with the same buckets, by batch (ready_times_at)
+    ready_by_batch: tuple[ReadyTimes, ...] = ()
     sources: list[str] = field(default_factory=list)
     cpu_factors: dict[str, float] = field(default_factory=dict)  # emulated types: measured slowdown
     machine_cores: float | None = None  # emulated hosts: cores of the machine they share
@@ -161,6 +175,14 @@ class JobProfile:
     overlap_fit: "OverlapFit | None" = field(default=None, compare=False)
     # the read that kept the default instead (its sync or step times did not overturn it)
     overlap_check: "OverlapFit | None" = field(default=None, compare=False)
+
+    def ready_times_at(self, batch: float) -> ReadyTimes | None:
+        """The ready times recorded at the batch nearest ``batch`` (by ratio; the smaller on a tie),
+        a GPU's backward hiding a bucket at a share that moves with its load; None where only one
+        profile, or none, recorded them (``ready_fractions`` holds it)."""
+        if len(self.ready_by_batch) < 2:
+            return None
+        return min(self.ready_by_batch, key=lambda r: (abs(math.log(max(batch, 1e-9) / r.batch)), r.batch))
 
     def operator_terms(self, batch: float, peak_tflops: float, mem_gbytes_per_s: float) -> StepTerms:
         """The operator model's terms of this job's step at ``batch`` on a GPU of ``peak_tflops`` (for
@@ -292,6 +314,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
     # compute alone, not compute slowed by overlapping communication
     training = sorted(training, key=lambda p: int((p.doc.get("cluster") or {}).get("world_size") or 1))
     counted_on = ""  # the type of the profile whose operator count the job keeps
+    timelines: list[tuple[str | None, list[float], ReadyTimes]] = []  # one worker's: (device, buckets, times)
     for p in training:
         doc = p.doc
         j = doc.get("job") or {}
@@ -352,16 +375,23 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         on_gpu_over_cpu = timed and job.ready_device == "cpu" and cl.get("device") not in (None, "cpu")
         if fwd + bwd > 0 and (job.backward_fraction is None or on_gpu_over_cpu):
             job.backward_fraction = bwd / (fwd + bwd)
+        buckets.sort(key=lambda b: (b.get("ready_ms") is None, b.get("ready_ms") or 0.0, -b["index"]))
+        # ready_ms counts from the start of backward (docs/profile-format.md)
+        ready = ReadyTimes(float(j["local_batch_size"]), bwd / (fwd + bwd), tuple(
+            min(max(float(b["ready_ms"]) / max(bwd, 1e-9), 0.0), 1.0) for b in buckets)) if timed else None
+        if ready is not None and sum(cl["workers_per_node"]) == 1:
+            timelines.append((cl.get("device"), [float(b["bytes"]) for b in buckets], ready))
         if buckets and (job.bucket_bytes is None or on_gpu_over_cpu):
-            buckets.sort(key=lambda b: (b.get("ready_ms") is None, b.get("ready_ms") or 0.0, -b["index"]))
             job.bucket_bytes = [float(b["bytes"]) for b in buckets]
             job.ready_fractions, job.ready_device = None, None
-            if timed:
-                # ready_ms counts from the start of backward (docs/profile-format.md)
-                job.ready_fractions = [min(max(float(b["ready_ms"]) / max(bwd, 1e-9), 0.0), 1.0) for b in buckets]
-                job.ready_device = cl.get("device")
+            if ready is not None:
+                job.ready_fractions, job.ready_device = list(ready.fractions), cl.get("device")
             if not job.grad_bytes:
                 job.grad_bytes = int(sum(job.bucket_bytes))
+    if job.ready_fractions is not None:
+        job.ready_by_batch = tuple(sorted((t for device, sizes, t in timelines
+                                           if device == job.ready_device and sizes == job.bucket_bytes),
+                                          key=lambda t: t.batch))
     if not job.runs:
         raise SriftyError(f"The profiles of {job.model} hold no measured iteration time.",
                           "Re-record them with `srifty profile` (a complete run).")

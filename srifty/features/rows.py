@@ -123,6 +123,7 @@ class WorkerLayout:
     intra: Link
     inter: Link
     emulated: bool
+    batch: float  # each worker's
 
     @property
     def step_alone_ms(self) -> float:
