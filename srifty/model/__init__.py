@@ -20,15 +20,14 @@ from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
 from srifty.model.corpus import (DEFAULT_CORPUS, ROOT, CombinedCatalog, catalog_for_jobs, corpus_paths,
                                  default_predictor, emulated_catalog_path)
 from srifty.model.latency import (EXTRAPOLATION_WIDEN, MIN_RESIDUAL_ROWS, NO_RESIDUAL_HALF_WIDTH, REGIMES,
-                                  SHRINK_GRID, TREND_ALPHA, UNCALIBRATED_NOTE, LatencyModel, ModelError,
-                                  gpu_transfer_error)
+                                  SHRINK_GRID, TREND_ALPHA, UNCALIBRATED_NOTE, LatencyModel, ModelError)
 from srifty.model.persistence import (MODEL_CODE, MODEL_REVISION, SHIPPED_MODEL, card_is_current, card_path, load,
                                       read_card, save, shipped_model)
 from srifty.model.predictor import (COMPUTE_SOURCES, GRADIENT_SOURCES, NETWORK_SOURCES, OVERLAP_SOURCES, PART_SOURCES,
                                     SOURCE_CERTAINTY, Prediction, PredictionTable, Predictor, allreduce_hash,
                                     corpus_hash, fitted_link_types, gradient_source, least_certain, library_versions,
                                     network_source, predict_table)
-from srifty.model.residual import BIN_MIN_HALF_WIDTH, ResidualPart
+from srifty.model.residual import BIN_MIN_HALF_WIDTH, ResidualPart, gpu_transfer_error
 from srifty.model.table import Table, table_for, unread_overlap_table
 
 __all__ = [

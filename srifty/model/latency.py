@@ -6,26 +6,23 @@ a HistGradientBoostingRegressor on the features of :mod:`srifty.features`, one
 models (loss='quantile'), widened by the error on held-out models and outside the training range,
 give an interval. The fitted trees are kept as arrays (:class:`srifty.trees.TreeEnsemble`, which
 predicts exactly what the estimator does), so that a loaded model needs no scikit-learn.
-:func:`gpu_transfer_error` is the measured spread of GPU-to-GPU compute transfers that widens the
-interval of a transferred row. :class:`ModelError` is the model's one error.
+:class:`ModelError` is the model's one error.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.errors import SriftyError
 from srifty.features import FEATURES, REGIME_FEATURES, RESIDUAL_FEATURES
 from srifty.model.residual import (BIN_MIN_HALF_WIDTH, EXPOSED_SHARE_EDGES, MIN_BIN_ROWS, REPEAT_SCATTER, HeldOut,
-                                   ResidualPart, compute_share, flagged, share_bin)
+                                   ResidualPart, compute_share, flagged, gpu_transfer_error, share_bin)
 from srifty.trees import TreeEnsemble
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-    from srifty.gpuspeed import TransferError
     from srifty.model.table import Table
 
 TREND_ALPHA = 1.0  # HuberRegressor's L2 penalty on the log(nodes) slope of the residual
@@ -466,11 +463,10 @@ class LatencyModel:
             hi = np.vstack([center + np.hypot(hi[0] - center, reach),
                             np.maximum(np.minimum(hi[0], hi[1] + reach), center + np.hypot(hi[1] - center, reach))])
             hi = np.where(unread, hi[1], hi[0])
-            # one worker on a profiled type off its profiled batches: the bounds hold for the
-            # compute's true time, and a measurement scatters about it
-            off_batch = single & ~transferred & ((np.asarray(X["batch_low"], dtype=float) < 1.0)
-                                                 | (np.asarray(X["batch_high"], dtype=float) > 1.0))
-            lo, hi = lo - np.where(off_batch, REPEAT_SCATTER, 0.0), hi + np.where(off_batch, REPEAT_SCATTER, 0.0)
+            # one worker off its profiled batches: the bounds hold for the true time; a measurement scatters about it
+            moved = (np.asarray(X["batch_low"], dtype=float) < 1.0) | (np.asarray(X["batch_high"], dtype=float) > 1.0)
+            scatter = np.where(single & ~transferred & moved, REPEAT_SCATTER, 0.0)
+            lo, hi = lo - scatter, hi + scatter
         else:
             hi = hi[0]
         sim = np.asarray(X["sim_ms"], dtype=float)
@@ -492,13 +488,3 @@ def widens(outside: Sequence[str]) -> bool:
     :meth:`LatencyModel.out_of_range`) has its interval widened: not where they are all
     TREND_FEATURES, which the residual's trend carries."""
     return any(f not in TREND_FEATURES for f in outside)
-
-
-@lru_cache(maxsize=1)
-def gpu_transfer_error() -> "TransferError | None":
-    """How far GPU-to-GPU compute transfers have missed (srifty/data/gpu_transfer_error.json,
-    `make gpu-speed`); None without the file."""
-    from srifty.catalog import DATA_DIR, TRANSFER_ERROR_JSON
-    from srifty.gpuspeed import read_transfer_error
-
-    return read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)

@@ -1,11 +1,13 @@
 """The residual model of one regime as fitted (:class:`ResidualPart`), what the groups held out of
 its fit measured (:class:`HeldOut`), and what the interval reads of each row: its predicted share of
 the step beyond compute and that share's bin (:func:`compute_share`, :func:`share_bin`), and the
-feature table's 0/1 flags (:func:`flagged`)."""
+feature table's 0/1 flags (:func:`flagged`); the measured spread of GPU-to-GPU compute transfers that
+widens the interval of a transferred row (:func:`gpu_transfer_error`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from srifty.trees import TreeEnsemble
@@ -13,6 +15,8 @@ from srifty.trees import TreeEnsemble
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
+
+    from srifty.gpuspeed import TransferError
 
 # the scatter (log) of repeated measurements of one configuration (Pollux's noise floor, 4.9%:
 # docs/ACCURACY.md): how far a measured step may fall below its slowest worker's compute alone, or a
@@ -103,3 +107,13 @@ def flagged(X: "pd.DataFrame", column: str) -> "np.ndarray":
     import numpy as np
 
     return np.asarray(X[column], dtype=float) > 0 if column in X.columns else np.zeros(len(X), dtype=bool)
+
+
+@lru_cache(maxsize=1)
+def gpu_transfer_error() -> "TransferError | None":
+    """How far GPU-to-GPU compute transfers have missed (srifty/data/gpu_transfer_error.json,
+    `make gpu-speed`); None without the file."""
+    from srifty.catalog import DATA_DIR, TRANSFER_ERROR_JSON
+    from srifty.gpuspeed import read_transfer_error
+
+    return read_transfer_error(DATA_DIR / TRANSFER_ERROR_JSON)
