@@ -4,7 +4,6 @@ files and corpora."""
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
