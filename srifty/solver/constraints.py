@@ -55,6 +55,11 @@ class Constraints:
     placement_group: bool = False  # nodes in a cluster placement group (the predictor's network; reported)
     capacity: tuple["CapacityLimit", ...] = ()  # node and quota limits (srifty.capacity)
 
+    @property
+    def mixes(self) -> bool:
+        """Whether the search composes mixes of two types (each on its own nodes)."""
+        return self.heterogeneous and self.max_types >= 2 and self.max_nodes >= 2
+
     def validate(self) -> None:
         for name in ("budget_per_hour", "total_budget", "min_throughput", "deadline_hours", "samples"):
             v = getattr(self, name)

@@ -100,20 +100,22 @@ def curve_batches(c: Constraints, b_ref: float) -> list[float]:
 
 def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[str]
           ) -> tuple["pd.DataFrame", "pd.DataFrame", float]:
-    """The homogeneous model grid, one row per distinct (type, workers per node, nodes, batch), and
-    each type's compute on one full node at :func:`curve_batches` (what mixes are split on)."""
+    """The homogeneous model grid, one row per distinct (type, workers per node, nodes, batch), and,
+    where mixes are composed, each type's compute on one full node at :func:`curve_batches` (what
+    they are split on)."""
     import numpy as np
     import pandas as pd
 
     t0 = time.perf_counter()
     b_ref = c.local_batch_size or oracle.default_local_batch()
+    more = curve_batches(c, b_ref) if c.mixes and len(set(offers.instance_type)) >= 2 else []
     rows = []
     for t, slots in sorted(set(zip(offers.instance_type, offers.slots.tolist()))):
         for w in range(1, slots + 1):
             for n in range(1, c.max_nodes + 1):
                 b = c.global_batch_size / (w * n) if c.global_batch_size else b_ref
                 rows.append((t, w, n, float(b), False))
-        rows += [(t, slots, 1, b, True) for b in curve_batches(c, b_ref)]
+        rows += [(t, slots, 1, b, True) for b in more]
     grid = pd.DataFrame(rows, columns=["instance_type", "workers_per_node", "nodes", "local_batch_size", "curve"])
     try:
         out = oracle.predict_rows(grid)

@@ -65,7 +65,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     grid, curve, model_s = _grid(oracle, offers, c, notes)
     N = c.max_nodes
     b_ref = float(c.local_batch_size or oracle.default_local_batch())
-    mixing = bool(c.heterogeneous and c.max_types >= 2 and N >= 2)
+    mixing = c.mixes
 
     tab = _offer_table(offers, grid, N, curve)
     units, limits = _capacity_units(offers, c.capacity)
