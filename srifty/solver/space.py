@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from srifty.capacity import CapacityLimit
 from srifty.catalog import Market
+from srifty.features import ComputeCurve
 from srifty.solver.offers import Offers
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,9 +49,9 @@ class MixCurves:
                 continue
             order = np.argsort(p[0], kind="stable")
             b, t = np.asarray(p[0], dtype=float)[order], np.maximum.accumulate(np.asarray(p[1], dtype=float)[order])
-            # no batch: the first segment's line at 0, within [0, t0] (one point: proportional, 0)
-            first = t[0] - (t[1] - t[0]) / (b[1] - b[0]) * b[0] if len(b) > 1 and b[1] > b[0] else 0.0
-            curves.append((np.concatenate([[0.0], b]), np.concatenate([[min(max(first, 0.0), t[0])], t])))
+            # no batch: the curve's own rule below its smallest batch (one point: proportional, 0)
+            floor = ComputeCurve.from_points(zip(b, t)).at(0.0)
+            curves.append((np.concatenate([[0.0], b]), np.concatenate([[floor], t])))
         known = [c for c in curves if c is not None]
         lo = min((float(t[1]) for _, t in known), default=1.0) / 4.0
         hi = max((float(t[-1]) for _, t in known), default=1.0) * 4.0
