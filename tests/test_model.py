@@ -1310,6 +1310,29 @@ def test_predict_configs_that_cannot_be_read_get_a_clear_error(tmp_path: Path) -
         assert "unexpectedly" not in res.stderr
 
 
+def test_predict_a_mix_at_each_type_s_own_batch(model_file: Path) -> None:
+    """--type-batch: every worker of a type at its own batch (a mix as recommend splits it). Each
+    group computes at its batch; the step waits for the slower; the global batch is the sum."""
+    args = ("--profile", str(POLLUX / "imagenet"), "--model", str(model_file), "--json")
+    res = _predict(*args, "--config", "1xg4dn.12xlarge+1xg4dn.xlarge", "-b", "32", "--type-batch", "g4dn.xlarge=8")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout.splitlines()[-1])
+    assert d["batch_split"] == {"g4dn.12xlarge": 32, "g4dn.xlarge": 8}
+    assert d["local_batch_size"] == round((4 * 32 + 8) / 5)
+    assert d["throughput_samples_per_s"] == pytest.approx((4 * 32 + 8) / (d["iteration_ms"] / 1e3), rel=1e-3)
+    # the slowest worker's compute: the g4dn.12xlarge's T4s at 32, not the g4dn.xlarge's at 8
+    alone = json.loads(_predict(*args, "--config", "1xg4dn.12xlarge:1", "-b", "32").stdout.splitlines()[-1])
+    assert d["parts"]["compute_ms"] == pytest.approx(alone["parts"]["compute_ms"], rel=1e-6)
+    # at one batch for both, no split is said, and the g4dn.xlarge's share is larger
+    same = json.loads(_predict(*args, "--config", "1xg4dn.12xlarge+1xg4dn.xlarge", "-b", "32").stdout.splitlines()[-1])
+    assert "batch_split" not in same and same["local_batch_size"] == 32
+    # a type no configuration holds, or a batch that is not one: a clear error
+    for bad, said in (("p4d.24xlarge=8", "which no configuration asked for holds"), ("g4dn.xlarge=x", "TYPE=BATCH"),
+                      ("g4dn.xlarge", "TYPE=BATCH")):
+        res = run_srifty("predict", *args, "--config", "1xg4dn.12xlarge+1xg4dn.xlarge", "--type-batch", bad)
+        assert res.returncode == 1 and said in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
 def test_predict_configs_says_each_warning_once_with_its_rows(model_file: Path, tmp_path: Path) -> None:
     """A CSV of many rows gets each distinct warning once, naming the rows it concerns, not once per row."""
     csv_path = tmp_path / "configs.csv"

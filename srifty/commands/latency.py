@@ -158,6 +158,22 @@ def _read_configs_csv(path: str) -> list[tuple[str, int | None, int]]:
     return rows
 
 
+def _read_type_batches(texts: Sequence[str]) -> dict[str, int]:
+    """--type-batch TYPE=BATCH (repeated, or joined with commas) as {type: batch}."""
+    out: dict[str, int] = {}
+    for item in (part.strip() for text in texts for part in text.split(",") if part.strip()):
+        name, _, value = item.partition("=")
+        try:
+            batch = int(value)
+        except ValueError:
+            batch = 0
+        if not name.strip() or not 1 <= batch <= params.MAX_BATCH:
+            raise SriftyError(f"--type-batch {item!r}: expected TYPE=BATCH, a whole batch of 1 to {params.MAX_BATCH:,}.",
+                              "e.g. --type-batch p4d.24xlarge=43")
+        out[name.strip()] = batch
+    return out
+
+
 def _grouped_warnings(results: Sequence[Any]) -> list[str]:
     """Each distinct warning of ``results`` once, in order, naming the rows it concerns: a warning
     that 1,000 rows share is one line, not 1,000."""
@@ -165,7 +181,7 @@ def _grouped_warnings(results: Sequence[Any]) -> list[str]:
     for r in results:
         for w in r.warnings:
             names = rows.setdefault(w, [])
-            label = f"{r.config} at batch {r.local_batch_size}" if len(results) > 1 else r.config
+            label = f"{r.config} at batch {r.batch_text()}" if len(results) > 1 else r.config
             if label not in names:
                 names.append(label)
     out = []
@@ -186,6 +202,8 @@ Examples:
   srifty predict --profile profiles/pollux/cifar10/g4dn.12xlarge.json --config 2xg4dn.12xlarge:2 --json
   srifty predict --profile profiles/pollux/imagenet --config 2xg4dn.12xlarge --config 4xg4dn.xlarge -b 32
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
+  srifty predict --profile profiles/local/cnn_resnet.json --config 1xp3dn.24xlarge+1xp4d.24xlarge \
+      --type-batch p3dn.24xlarge=21 --type-batch p4d.24xlarge=43   # a mix's split, as its plan starts it
 
 Config syntax: [COUNT x]INSTANCE_TYPE[:WORKERS_PER_NODE][@spot] joined by '+'.
 On a terminal the rows are a table with their parts; piped, one line each.
@@ -216,13 +234,17 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
               help="Cluster configuration, e.g. 2xp3.8xlarge+1xg5.12xlarge; repeat it for several.")
 @click.option("--configs", "configs_csv", type=click.Path(dir_okay=False), help="CSV with columns config, local_batch_size.")
 @click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profile's).")
+@click.option("--type-batch", "type_batch_texts", multiple=True, metavar="TYPE=BATCH",
+              help="Every worker of TYPE at this per-worker batch instead (a mix's types at their own batches, "
+                   "as a plan of `recommend` starts them); repeat it, or join them with commas.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="A model file from `srifty fit`.")
 @click.option("--catalog", "catalog_path", type=click.Path(), help="Catalog CSV or emulated YAML (default: EC2).")
 @click.option("--placement-group", is_flag=True, help="Nodes in a cluster placement group (10 Gbit/s per TCP "
               "flow between them, not 5).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: str | None, local_batch_size: int | None,
-                model_path: str | None, catalog_path: str | None, placement_group: bool, as_json: bool) -> None:
+                type_batch_texts: tuple[str, ...], model_path: str | None, catalog_path: str | None,
+                placement_group: bool, as_json: bool) -> None:
     """Predict iteration time and throughput of a profiled model on other configurations."""
     from srifty import api
 
@@ -234,7 +256,8 @@ def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: s
     # --model FILE, or the model `srifty recommend` also uses (trained once and cached)
     results = api.predict([profile_path], [(text, b) if b else text for text, b, _ in requests], local_batch_size,
                           model_path, catalog_path, placement_group, say=lambda msg: click.echo(msg, err=True),
-                          where=[f" ({configs_csv} line {line})" if line else "" for _, _, line in requests])
+                          where=[f" ({configs_csv} line {line})" if line else "" for _, _, line in requests],
+                          type_batches=_read_type_batches(type_batch_texts))
     for w in _grouped_warnings(results):
         _warn(w)
     if not as_json and sys.stdout.isatty():
@@ -245,11 +268,11 @@ def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: s
     for r in results:
         if as_json:
             d = r.to_dict()
-            click.echo(json.dumps({k: d[k] for k in ("config", "local_batch_size", "iteration_ms", "interval_ms",
-                                                       "throughput_samples_per_s", "source", "parts", "memory_gib",
-                                                       "warnings")}))
+            click.echo(json.dumps({k: d[k] for k in ("config", "local_batch_size", "batch_split", "iteration_ms",
+                                                       "interval_ms", "throughput_samples_per_s", "source", "parts",
+                                                       "memory_gib", "warnings") if k in d}))
         else:
-            click.echo(f"{r.config:<40} batch {r.local_batch_size:>5}  {r.iteration_ms:9.1f} ms "
+            click.echo(f"{r.config:<40} batch {r.batch_text():>5}  {r.iteration_ms:9.1f} ms "
                        f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]  {r.throughput_samples_per_s:10.1f} samples/s"
                        f"  {r.source}")
 
@@ -267,7 +290,7 @@ def _predictions_table(results: Sequence[Any]) -> Any:
     for r in results:
         parts = r.to_dict()["parts"]
         carried = f" ({', '.join(parts['compute_transfer'])})" if parts.get("compute_transfer") else ""
-        t.add_row(r.config, f"{r.local_batch_size:g}", f"{r.iteration_ms:,.1f}",
+        t.add_row(r.config, r.batch_text(), f"{r.iteration_ms:,.1f}",
                   "–".join(f"{ms:,.1f}" if ms < 100 else f"{ms:,.0f}" for ms in r.interval_ms),
                   f"{r.throughput_samples_per_s:,.1f}",
                   f"{parts['compute_ms']:,.1f}", parts["compute_source"] + carried,

@@ -21,7 +21,8 @@ from srifty.features.compute import LAUNCH_BOUND_PEAK_SHARE, WorkerCompute
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, loose_profile_note)
 from srifty.features.rows import (COMPUTE_TRANSFERS, FEATURES, OVERLAP_SOURCES, REGIME_FEATURES, RESIDUAL_FEATURES,
-                                  RowEstimate, WorkerLayout, feature_words)
+                                  RowBatch, RowEstimate, WorkerLayout, common_batch, feature_words, group_batches,
+                                  samples_per_step, with_type_batches)
 from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, EMULATED_INTRA_GBYTES_PER_S,
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
                                       CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, both_measured, hardware_of,
@@ -39,7 +40,8 @@ from srifty.features.overlap import (GRADIENT_SIZE_GRID, OVERLAP_WINDOWS, Gradie
 __all__ = [
     "COMPUTE_TRANSFERS", "FEATURES", "GRADIENT_UNKNOWN_NOTE", "LAUNCH_BOUND_PEAK_SHARE", "OVERLAP_SOURCES",
     "READY_ON_CPU_NOTE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
-    "FeatureBuilder", "RowEstimate", "WorkerCompute", "WorkerLayout", "busy_peers", "feature_words",
+    "FeatureBuilder", "RowBatch", "RowEstimate", "WorkerCompute", "WorkerLayout", "busy_peers", "feature_words",
+    "common_batch", "group_batches", "samples_per_step", "with_type_batches",
     "gradient_estimated_note", "loose_profile_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",

@@ -18,7 +18,7 @@ from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
                                    overlap_checked_note, overlap_fitted_note, prior_network_note)
-from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowEstimate, WorkerLayout
+from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowBatch, RowEstimate, WorkerLayout, group_batches
 from srifty.opmodel import GpuStepModel
 from srifty.simulate import Link
 
@@ -39,7 +39,7 @@ class FeatureBuilder(WorkerCompute):
     def __init__(self, job: JobProfile, catalog: "Catalog", link_scale: "LinkScale | None" = None,
                  step_model: GpuStepModel | None = None) -> None:
         super().__init__(job, catalog, link_scale, step_model)
-        self._estimates: dict[tuple[str, float], RowEstimate] = {}
+        self._estimates: dict[tuple[str, tuple[float, ...]], RowEstimate] = {}
         self._buckets: tuple[list[float], Sequence[float] | None] | None = None
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
@@ -55,14 +55,16 @@ class FeatureBuilder(WorkerCompute):
             return float(job.param_count * _bytes_per_param(job.precision)), False
         return None, True
 
-    def workers(self, config: ClusterConfig, local_batch_size: float) -> WorkerLayout:
-        """``config``'s workers at ``local_batch_size`` each, and the links their ring runs on."""
+    def workers(self, config: ClusterConfig, local_batch_size: RowBatch) -> WorkerLayout:
+        """``config``'s workers at ``local_batch_size`` each (or each group's own), and the links
+        their ring runs on."""
         wpn_all: list[int] = []
         cycles, transferred, notes = [], False, []
         hws = []
         loosest, loose_notes = 0.0, []
-        batch_low, batch_high = 1.0, 1.0
-        for g in config.groups:
+        reach: list[tuple[float, float]] = []  # each group's least and most compute at its batch
+        batches = group_batches(config, local_batch_size)
+        for g, b in zip(config.groups, batches):
             hw = self.hardware(g.instance_type)
             hws.append(hw)
             wpn = g.workers_per_node or hw.slots
@@ -74,10 +76,10 @@ class FeatureBuilder(WorkerCompute):
                 if note not in notes:
                     notes.append(note)
                     loose_notes.append(note)
-            c, t, note, post, (low, high), batch_note = self.worker(g.instance_type, local_batch_size)
+            c, t, note, post, (low, high), batch_note = self.worker(g.instance_type, b)
             cycles.append((c + post, c))
             transferred |= t
-            batch_low, batch_high = min(batch_low, low), max(batch_high, high)
+            reach.append((c * low, c * high))
             for n in (note, batch_note):
                 if n and n not in notes:
                     notes.append(n)
@@ -103,8 +105,15 @@ class FeatureBuilder(WorkerCompute):
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
             intra = inter
+        # the step waits for the slowest worker: its compute lies between the most of the groups' least
+        # computes and the most of their most, over the slowest one's estimate
+        slowest_ms = max(c for _, c in cycles)
+        batch_low, batch_high = ((min(max(lo for lo, _ in reach) / slowest_ms, 1.0),
+                                  max(max(hi for _, hi in reach) / slowest_ms, 1.0)) if slowest_ms > 0 else (1.0, 1.0))
+        # the slowest worker that trains on some of the batch (a mix's split may leave a type none)
+        slowest = max([i for i, b in enumerate(batches) if b > 0] or range(len(cycles)), key=lambda i: cycles[i])
         return WorkerLayout(hws, wpn_all, cycles, transferred, notes, loosest, loose_notes,
-                            (batch_low, batch_high), intra, inter, emulated, float(local_batch_size))
+                            (batch_low, batch_high), intra, inter, emulated, batches[slowest])
 
     def ring_intra_gbytes_per_s(self, group: NodeGroup, hw: Hardware) -> float:
         """GB/s of ``group``'s intra-node hops in a ring across nodes: its type's figure there
@@ -171,7 +180,7 @@ class FeatureBuilder(WorkerCompute):
                               if layout.emulated else 0.0),
             hierarchical=all(h.hierarchical_allreduce for h in layout.hardware), tree=tree)
 
-    def sim_ms(self, config: ClusterConfig, local_batch_size: float) -> float:
+    def sim_ms(self, config: ClusterConfig, local_batch_size: RowBatch) -> float:
         """:meth:`estimate`'s ``sim_ms`` alone (what a fit of the link figures reads)."""
         layout = self.workers(config, local_batch_size)
         if not self.grad_bytes:
@@ -186,8 +195,10 @@ class FeatureBuilder(WorkerCompute):
         other._hw, other._node_intra, other._estimates = {}, {}, {}
         return other
 
-    def estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
-        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker.
+    def estimate(self, config: ClusterConfig, local_batch_size: RowBatch) -> RowEstimate:
+        """Simulator estimate and features of ``config`` (resolved) at ``local_batch_size`` per worker
+        (or per node group: :data:`srifty.features.rows.RowBatch`; the batch features are the slowest
+        worker's).
 
         Synchronous data parallelism runs at the pace of the slowest worker: its forward and
         backward set when buckets become ready (a faster worker waits inside its allreduce),
@@ -278,8 +289,8 @@ class FeatureBuilder(WorkerCompute):
             "n_types": float(len({g.instance_type for g in config.groups})),
             "log_grad_mb": math.log(gb / 2**20) if gb else float("nan"),
             "grad_bytes_estimated": float(self.grad_bytes_estimated) if gb else float("nan"),
-            "log_local_batch": math.log(local_batch_size),
-            "log_compute_per_sample_ms": math.log(compute / local_batch_size),
+            "log_local_batch": math.log(layout.batch),
+            "log_compute_per_sample_ms": math.log(compute / layout.batch),
             "inter_gbytes_per_s": inter.gbytes_per_s,
             "intra_gbytes_per_s": intra.gbytes_per_s,
             "gpu_fp32_tflops": slow.fp32_tflops if slow.fp32_tflops else float("nan"),
@@ -298,15 +309,15 @@ class FeatureBuilder(WorkerCompute):
                            tuple(sorted({m for g in config.groups
                                          if (m := self.transfer_method(g.instance_type)) is not None})))
 
-    def row_estimate(self, config: ClusterConfig, local_batch_size: float) -> RowEstimate:
+    def row_estimate(self, config: ClusterConfig, local_batch_size: RowBatch) -> RowEstimate:
         """:meth:`estimate`, once per distinct (configuration, batch) for this builder (its profile,
         catalog and link figures are fixed, so the estimate is too)."""
-        key = (config.format(), float(local_batch_size))
+        key = (config.format(), group_batches(config, local_batch_size))
         if key not in self._estimates:
             self._estimates[key] = self.estimate(config, local_batch_size)
         return self._estimates[key]
 
-    def frame(self, rows: Sequence[tuple[ClusterConfig, float]]) -> "pd.DataFrame":
+    def frame(self, rows: Sequence[tuple[ClusterConfig, RowBatch]]) -> "pd.DataFrame":
         """Feature table (plus sim_ms, compute_ms, transferred) for many rows, each distinct row once."""
         return self.frame_of([self.row_estimate(config, b) for config, b in rows])
 

@@ -6,10 +6,55 @@ sources (:class:`RowEstimate`), and a configuration's workers and links at one b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, Union
 
+from srifty.configspec import ClusterConfig, lookup_instance_type
+from srifty.errors import SriftyError
 from srifty.features.hardware import Hardware
 from srifty.simulate import Link
+
+if TYPE_CHECKING:  # pragma: no cover
+    from srifty.catalog import Catalog
+
+# a row's per-worker batch: one for every worker, or one per node group of its configuration (a mix
+# whose types train at their own batches, as recommend splits a global batch)
+RowBatch = Union[float, tuple[float, ...]]
+
+
+def group_batches(config: ClusterConfig, batch: RowBatch) -> tuple[float, ...]:
+    """Each of ``config``'s node groups' per-worker batch in a row at ``batch``."""
+    if isinstance(batch, tuple):
+        if len(batch) != len(config.groups):
+            raise ValueError(f"{len(batch)} batches for the {len(config.groups)} node groups of {config.format()}")
+        return tuple(float(b) for b in batch)
+    return (float(batch),) * len(config.groups)
+
+
+def common_batch(config: ClusterConfig, batch: RowBatch) -> float | None:
+    """The per-worker batch of a row whose workers all train at one; None where groups differ."""
+    batches = set(group_batches(config, batch))
+    return batches.pop() if len(batches) == 1 else None
+
+
+def with_type_batches(rows: Sequence[tuple[ClusterConfig, float]], type_batches: Mapping[str, int],
+                      catalog: "Catalog") -> list[tuple[ClusterConfig, RowBatch]]:
+    """``rows`` (resolved) with every group of a type in ``type_batches`` at that per-worker batch."""
+    named = {lookup_instance_type(catalog, t).name: int(b) for t, b in type_batches.items()}
+    held = {g.instance_type for config, _ in rows for g in config.groups}
+    if missing := sorted(set(named) - held):
+        raise SriftyError(f"A per-type batch names {', '.join(missing)}, which no configuration asked for holds.",
+                          "Name only the types of the configurations (--type-batch TYPE=BATCH).")
+    out: list[tuple[ClusterConfig, RowBatch]] = []
+    for config, b in rows:
+        batches = tuple(float(named.get(g.instance_type, b)) for g in config.groups)
+        out.append((config, batches[0] if len(set(batches)) == 1 else batches))
+    return out
+
+
+def samples_per_step(config: ClusterConfig, batch: RowBatch) -> float:
+    """The global batch of ``config`` (resolved) at ``batch``: every worker's batch, added up."""
+    return sum(g.count * (g.workers_per_node or 0) * b for g, b in zip(config.groups, group_batches(config, batch)))
+
 
 # how compute profiled on one type is carried to another (FeatureBuilder.transfer_method): as it
 # is, from a type with the same GPU board (only the hosts differ); the operator model (a CPU

@@ -21,7 +21,8 @@ from srifty import __version__
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig
 from srifty.features import (LOOSE_PROFILE_CI, OVERLAP_SOURCES, AllreduceRow, CollectivePoint, FeatureBuilder,
-                             JobProfile, LinkScale, MemoryNeed, RowEstimate, feature_words, with_fitted_overlap)
+                             JobProfile, LinkScale, MemoryNeed, RowBatch, RowEstimate, common_batch, feature_words,
+                             group_batches, samples_per_step, with_fitted_overlap)
 from srifty.model.latency import UNCALIBRATED_NOTE, LatencyModel, ModelError, widens
 from srifty.model.table import table_for, unread_overlap_table
 
@@ -43,9 +44,19 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)
     parts: dict[str, Any] = field(default_factory=dict)  # PredictionTable.parts: compute, communication, sources
     memory_gib: float | None = None  # one worker's tensor memory (PredictionTable.memory_gib)
+    # each instance type's per-worker batch where they differ (``local_batch_size`` is then their mean)
+    batch_split: dict[str, int] | None = None
+
+    def batch_text(self) -> str:
+        """The per-worker batch as a reader wants it: one figure, or each type's."""
+        if self.batch_split:
+            return " / ".join(f"{t} {b}" for t, b in self.batch_split.items())
+        return f"{self.local_batch_size:g}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.batch_split is None:
+            d.pop("batch_split")
         d["interval_ms"] = [round(self.interval_ms[0], 4), round(self.interval_ms[1], 4)]
         d["iteration_ms"] = round(self.iteration_ms, 4)
         d["throughput_samples_per_s"] = round(self.throughput_samples_per_s, 4)
@@ -131,9 +142,10 @@ class Predictor:
         TCP flow carries 10 Gbit/s, not 5); itself when ``on`` is false."""
         return Predictor(self.latency, replace(self.link_scale, placement_group=True), self.meta) if on else self
 
-    def predict(self, job: JobProfile, catalog: "Catalog", rows: Sequence[tuple[ClusterConfig, int]]) -> list[Prediction]:
-        """Predictions for (resolved configuration, per-worker batch) rows, with each row's warnings
-        (:func:`predict_table` gives the figures)."""
+    def predict(self, job: JobProfile, catalog: "Catalog",
+                rows: Sequence[tuple[ClusterConfig, RowBatch]]) -> list[Prediction]:
+        """Predictions for (resolved configuration, per-worker batch or one per node group) rows,
+        with each row's warnings (:func:`predict_table` gives the figures)."""
         import numpy as np
 
         table = predict_table(self, self.builder(job, catalog), rows)
@@ -166,9 +178,12 @@ class Predictor:
                 if uncalibrated[i]:
                     warnings.append(UNCALIBRATED_NOTE)
             warnings += [m.note() for m in table.memory_short(i)] + table.memory_tight_notes(i)
-            out.append(Prediction(config.format(), int(b), it, (float(table.low_ms[i]), float(table.high_ms[i])),
-                                  config.world_size * b / (it / 1e3), str(table.source[i]), warnings,
-                                  table.parts(i), table.memory_gib(i)))
+            samples = samples_per_step(config, b)
+            split = None if common_batch(config, b) is not None else {
+                g.instance_type: int(gb) for g, gb in zip(config.groups, group_batches(config, b))}
+            out.append(Prediction(config.format(), round(samples / config.world_size), it,
+                                  (float(table.low_ms[i]), float(table.high_ms[i])), samples / (it / 1e3),
+                                  str(table.source[i]), warnings, table.parts(i), table.memory_gib(i), split))
         return out
 
 
@@ -290,10 +305,10 @@ def network_source(builder: FeatureBuilder, config: ClusterConfig, fitted: dict[
 
 
 def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
-                  rows: Sequence[tuple[ClusterConfig, float]]) -> PredictionTable:
+                  rows: Sequence[tuple[ClusterConfig, RowBatch]]) -> PredictionTable:
     """The one prediction path: every command's figures come from here.
 
-    Rows are (resolved configuration, per-worker batch). A row the profile measured gets that
+    Rows are (resolved configuration, per-worker batch, or one per node group). A row the profile measured gets that
     run's step time and its own 95% CI; one worker gets the compute curve itself (its interval
     stretched to hold it); others get the latency model (``predictor``) over the simulator, or,
     with ``predictor`` None, the simulator alone (the interval is then the point). A loose
@@ -327,13 +342,14 @@ def predict_table(predictor: "Predictor | None", builder: FeatureBuilder,
     hidden = np.array([e.overlap_source for e in estimates], dtype=object)
     sized = np.array([gradient_source(builder, config) for config, _ in rows], dtype=object)
     for i, (config, b) in enumerate(rows):
-        run = builder.job.measured_run(config, int(b)) if float(b).is_integer() else None
+        common = common_batch(config, b)
+        run = builder.job.measured_run(config, int(common)) if common is not None and common.is_integer() else None
         if run is not None:  # measured: the point, and the run's own CI
             ci = measured_ci[i] = builder.job.measured_rel_ci(run)
             it[i], lo[i], hi[i], source[i] = run.step_ms, run.step_ms * (1 - ci), run.step_ms * (1 + ci), "measured"
             compute_source[i] = "measured"
             net_source[i] = hidden[i] = sized[i] = "measured" if config.world_size > 1 else "none"
-    memory = [[m for g in config.groups if (m := builder.job.memory_need(builder.hardware(g.instance_type), b))]
-              for config, b in rows]
+    memory = [[m for g, gb in zip(config.groups, group_batches(config, b))
+               if (m := builder.job.memory_need(builder.hardware(g.instance_type), gb))] for config, b in rows]
     return PredictionTable(it, lo, hi, source, measured_ci, X, estimates, out_of_range, compute_source, net_source,
                            hidden, sized, memory)
