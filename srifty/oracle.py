@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from srifty.catalog import Catalog
+from srifty.configspec import ClusterConfig, NodeGroup
 from srifty.errors import SriftyError
 from srifty.features import (GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, left_out_notes,
                              loose_profile_note)
@@ -35,7 +36,9 @@ class ThroughputOracle(Protocol):
     whose split leaves them gets their bounds in its interval; without them, none) and the
     sources of its parts (srifty.model.PART_SOURCES, and compute_transfer: how a transferred
     row's compute was carried, comma-separated; a recommendation's ``parts`` then say where its
-    compute and communication came from; without them, its parts give the figures alone)."""
+    compute and communication came from; without them, its parts give the figures alone). An
+    oracle may also have ``predict_mixes`` (ModelOracle.predict_mixes): the solver then predicts
+    the mixes it would show as they are; without it, their figures are composed."""
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame": ...
 
@@ -70,8 +73,6 @@ class ModelOracle:
         """The figures of :func:`srifty.model.predict_table` for homogeneous rows, plus what the
         solver composes mixes from (compute_ms, the profiled batch range) and the notes to show."""
         import numpy as np
-
-        from srifty.configspec import ClusterConfig, NodeGroup
 
         configs = [(ClusterConfig((NodeGroup(int(n), str(t), int(w)),)), float(b))
                    for t, w, n, b in zip(rows["instance_type"], rows["workers_per_node"], rows["nodes"],
@@ -149,6 +150,33 @@ class ModelOracle:
                 self.notes.append(note)
         return out
 
+    def predict_mixes(self, rows: "pd.DataFrame") -> "pd.DataFrame":
+        """The one prediction path's figures for mixes of two types, each group at its own per-worker
+        batch (columns :data:`MIX_COLUMNS`, as recommend splits a global batch): iteration_ms,
+        interval_low_ms, interval_high_ms, compute_ms (the slowest worker's), source and the sources
+        of its parts (srifty.model.PART_SOURCES, compute_transfer)."""
+        table = predict_table(self.predictor, self.builder, _mix_configs(rows))
+        out = rows.copy()
+        out["iteration_ms"], out["interval_low_ms"], out["interval_high_ms"] = (
+            table.iteration_ms, table.low_ms, table.high_ms)
+        out["compute_ms"] = table.features["compute_ms"].to_numpy(dtype=float)
+        out["source"] = table.source
+        for part, values in table.sources().items():
+            out[part] = values
+        out["compute_transfer"] = [",".join(table.compute_transfer(i) or ()) for i in range(len(out))]
+        return out
+
+
+# a mix of two types, each at its own per-worker batch: the columns that say which (ModelOracle.predict_mixes)
+MIX_COLUMNS = ("instance_type", "workers_per_node", "nodes", "local_batch_size",
+               "instance_type_b", "workers_per_node_b", "nodes_b", "local_batch_size_b")
+
+
+def _mix_configs(rows: "pd.DataFrame") -> list[tuple[ClusterConfig, tuple[float, float]]]:
+    return [(ClusterConfig((NodeGroup(int(n), str(t), int(w)), NodeGroup(int(nb), str(tb), int(wb)))),
+             (float(b), float(bb)))
+            for t, w, n, b, tb, wb, nb, bb in zip(*(rows[c] for c in MIX_COLUMNS))]
+
 
 class CachedOracle:
     """Remembers an oracle's predictions on disk (``.npz``, no pickle), keyed by everything that
@@ -174,7 +202,7 @@ class CachedOracle:
     def default_local_batch(self) -> int:
         return self._default_batch
 
-    def _path(self, rows: "pd.DataFrame") -> Any:
+    def _path(self, rows: "pd.DataFrame", keys: Sequence[str]) -> Any:
         import hashlib
         import json
         from pathlib import Path
@@ -182,40 +210,51 @@ class CachedOracle:
         from srifty.catalog import cache_dir
 
         h = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode())
-        h.update(rows[["instance_type", "workers_per_node", "nodes", "local_batch_size"]].to_csv(index=False).encode())
+        h.update(rows[list(keys)].to_csv(index=False).encode())
         return Path(self.directory or (cache_dir() / "predictions")) / f"{h.hexdigest()[:32]}.npz"
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame":
+        out, self.notes = self._cached(rows, MIX_COLUMNS[:4], "predict_rows", self.COLUMNS)
+        return out
+
+    def predict_mixes(self, rows: "pd.DataFrame") -> "pd.DataFrame":
+        """ModelOracle.predict_mixes, kept on disk as the homogeneous rows are."""
+        return self._cached(rows, MIX_COLUMNS, "predict_mixes", self.COLUMNS[:4])[0]
+
+    def _cached(self, rows: "pd.DataFrame", keys: Sequence[str], method: str,
+                columns: Sequence[str]) -> tuple["pd.DataFrame", list[str]]:
+        """The wrapped oracle's ``method`` on ``rows`` (keyed by their ``keys`` columns): from the
+        cache where it holds them, else computed and kept; with the wrapped oracle's notes."""
         import numpy as np
 
-        path = self._path(rows)
+        path = self._path(rows, keys)
         if path.exists():
             try:
                 with np.load(path, allow_pickle=False) as z:
                     out = rows.copy()
-                    for c in self.COLUMNS:
+                    for c in columns:
                         out[c] = z[c]
                     for c in self.TEXT_COLUMNS:
                         out[c] = z[c].astype(object)
-                    self.notes = [str(n) for n in z["notes"]]
+                    notes = [str(n) for n in z["notes"]]
                 self.hit = True
-                return out
+                return out, notes
             except (OSError, KeyError, ValueError):
                 pass
         if self._inner is None:
             self._inner = self.make()
-        out = self._inner.predict_rows(rows)
-        self.notes = list(getattr(self._inner, "notes", []))
+        out = getattr(self._inner, method)(rows)
+        notes = list(getattr(self._inner, "notes", []))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp.npz")
-            np.savez(tmp, **{c: out[c].to_numpy(dtype=float) for c in self.COLUMNS},
+            np.savez(tmp, **{c: out[c].to_numpy(dtype=float) for c in columns},
                      **{c: out[c].to_numpy().astype(str) for c in self.TEXT_COLUMNS},
-                     notes=np.array(self.notes, dtype=str))
+                     notes=np.array(notes, dtype=str))
             tmp.replace(path)
         except OSError:
             pass
-        return out
+        return out, notes
 
 
 # The code whose changes change a cached prediction (part of the prediction cache's key).

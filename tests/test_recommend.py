@@ -27,6 +27,13 @@ def emulated() -> tuple:
     return cat, oracle.ModelOracle(job, mcat, None)
 
 
+def emulated_with_model() -> tuple:
+    """emulated(), its oracle over the shipped latency model."""
+    cat = Catalog.from_emulated_spec(ROOT / "configs/emulated.yaml")
+    job, mcat = oracle.load_inputs([EMU_PROFILES], cat)
+    return cat, oracle.ModelOracle(job, mcat, oracle.load_predictor(None, lambda msg: None))
+
+
 def run(**kw):
     cat, oracle = emulated()
     kw.setdefault("max_nodes", 6)
@@ -171,20 +178,55 @@ def test_a_mix_of_launch_bound_gpus_is_split_on_their_compute_curves():
 
 
 def test_a_mix_whose_split_leaves_the_profiled_batches_takes_in_their_bounds():
-    cat, oracle = emulated()
-    r = all_feasible(budget_per_hour=5.0, global_batch_size=96)
+    """A mix shown is predicted as it is: each type at its share of the batch. Where a share leaves
+    the batches its type was profiled at, the step waits for the slowest worker, whose compute lies
+    within the types' compute bounds there (ComputeCurve.bounds): the interval takes them in."""
+    cat, model = emulated_with_model()
+    r = solver.solve(model, cat, solver.Constraints(budget_per_hour=5.0, global_batch_size=96, max_nodes=5), top=40)
     checked = 0
     for x in (x for x in r.recommendations if x.mixed):
-        lows, highs = [1.0], [1.0]
-        for t, b in x.batch_split.items():
-            b0, b1 = oracle.builder.profiled_range(t)
-            lows.append(b1 / b if b > b1 else 1.0)
-            highs.append(b0 / b if b < b0 else 1.0)
-        if max(lows) < 1.0 or max(highs) > 1.0:  # a type's share is outside what it was profiled at
-            assert x.interval_ms[0] <= x.iteration_ms * max(lows) * (1 + 1e-9)
-            assert x.interval_ms[1] >= x.iteration_ms * max(highs) * (1 - 1e-9)
+        workers = {t: model.builder.worker(t, b) for t, b in x.batch_split.items()}
+        computes = {t: w[0] for t, w in workers.items()}  # forward and backward
+        reach = {t: w[4] for t, w in workers.items()}
+        slowest = max(computes.values())
+        # the parts' compute: the slowest worker's step alone (with its optimizer)
+        assert x.parts["compute_ms"] == pytest.approx(max(w[0] + w[3] for w in workers.values()), rel=1e-5)
+        low = min(max(computes[t] * reach[t][0] for t in computes) / slowest, 1.0)
+        high = max(max(computes[t] * reach[t][1] for t in computes) / slowest, 1.0)
+        outside = [t for t, b in x.batch_split.items()
+                   if not model.builder.profiled_range(t)[0] <= b <= model.builder.profiled_range(t)[1]]
+        if outside:
+            assert high > 1.0 or low < 1.0
+            assert x.interval_ms[0] <= x.iteration_ms * low * (1 + 1e-9)
+            assert x.interval_ms[1] >= x.iteration_ms * high * (1 - 1e-9)
             checked += 1
     assert checked > 0
+
+
+def test_a_mix_shown_has_the_figures_predict_gives_it_at_its_split():
+    """The search composes mixes from their types' figures; every mix it shows was predicted as it
+    is, by the one prediction path, at each type's share of the batch: what `srifty predict
+    --type-batch` gives it (unless the sum of its parts caps it)."""
+    from srifty.configspec import parse_config
+
+    cat, model = emulated_with_model()
+    r = solver.solve(model, cat, solver.Constraints(budget_per_hour=5.0, global_batch_size=96, max_nodes=5), top=40)
+    mixes = [x for x in r.recommendations + r.pareto if x.mixed]
+    assert mixes and any("predicted as they are" in n for n in r.notes)
+    rows = []
+    for x in mixes:
+        config = parse_config(x.config).resolved(model.catalog)
+        rows.append((config, tuple(x.batch_split[g.instance_type] for g in config.groups)))
+    uncapped = 0
+    for x, p in zip(mixes, model.predictor.predict(model.job, model.catalog, rows)):
+        assert p.batch_split is not None and p.throughput_samples_per_s == pytest.approx(x.global_batch / p.iteration_ms * 1e3)
+        assert x.raw_throughput_samples_per_s <= p.throughput_samples_per_s * (1 + 1e-9)
+        if x.raw_throughput_samples_per_s == pytest.approx(p.throughput_samples_per_s):
+            assert x.iteration_ms == pytest.approx(p.iteration_ms)
+            assert x.interval_ms == pytest.approx(p.interval_ms)
+            assert x.parts["communication_ms"] == pytest.approx(p.parts["communication_ms"], abs=1e-3)
+            uncapped += 1
+    assert uncapped > 0
 
 
 def test_spot_goodput_discounts_interruptions():

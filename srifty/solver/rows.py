@@ -3,16 +3,19 @@ Pareto front.
 
 :func:`_config_text` writes a candidate as a configuration (``2xp3.8xlarge+1xg5.12xlarge@spot``);
 :func:`_recommendation` builds its :class:`srifty.solver.results.Recommendation`, with the
-batch split and interval of a mix; :func:`_pareto` finds the front of throughput vs $/h.
+batch split and interval of a mix (:func:`mix_rows`: the mixes a solve has the oracle predict as
+they are); :func:`_pareto` finds the front of throughput vs $/h.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.catalog import Market
 from srifty.model.predictor import PART_SOURCES, least_certain
+from srifty.oracle import MIX_COLUMNS
 from srifty.solver.results import Recommendation
 from srifty.solver.space import _Space
 
@@ -79,10 +82,56 @@ def _config_text(j: int, space: _Space) -> str:
     return f"{na}x{offers.instance_type[a]}{sa}+{nb}x{offers.instance_type[bb]}{sb}"
 
 
-def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
-                    usd_total: "np.ndarray | None") -> Recommendation:
+@dataclass(frozen=True)
+class _MixSplit:
+    """A mix candidate's offers, nodes and global batch, split where both types' compute is equal."""
+
+    a: int
+    b: int
+    nodes_a: int
+    nodes_b: int
+    global_batch: float
+    compute_ms: float  # each type's compute at its share, equalised
+    batch_a: float  # per worker
+    batch_b: float
+
+
+def _mix_split(j: int, space: _Space) -> _MixSplit:
     import numpy as np
 
+    blk, k = space.locate(j)
+    a, bb, na, nb = _mix_parts(space, blk, k)
+    wa, wb = int(space.offers.slots[a]) * na, int(space.offers.slots[bb]) * nb
+    gb = float(space.global_batch) if space.global_batch else space.b_ref * (wa + wb)
+    tcs, bas, bbs = space.tab.curves.equalised(a, np.array([bb]), np.array([[float(wa)]]),
+                                               np.array([[float(wb)]]), gb)
+    return _MixSplit(a, bb, na, nb, gb, float(tcs[0, 0]), float(bas[0, 0]), float(bbs[0, 0]))
+
+
+def _mix_cap(j: int, space: _Space) -> float:
+    """Mix ``j``'s most throughput: its two types' nodes each at their own figure, added up."""
+    blk, k = space.locate(j)
+    a, bb, na, nb = _mix_parts(space, blk, k)
+    return float(space.tab.cap[a, na - 1] + space.tab.cap[bb, nb - 1])
+
+
+def mix_rows(js: "Sequence[int]", space: _Space) -> "pd.DataFrame":
+    """Mix candidates ``js`` as rows of srifty.oracle.MIX_COLUMNS: each type's nodes at its share of
+    the global batch, for the oracle to predict as they are (ThroughputOracle.predict_mixes)."""
+    import pandas as pd
+
+    offers, out = space.offers, []
+    for j in js:
+        m = _mix_split(j, space)
+        out.append((offers.instance_type[m.a], int(offers.slots[m.a]), m.nodes_a, m.batch_a,
+                    offers.instance_type[m.b], int(offers.slots[m.b]), m.nodes_b, m.batch_b))
+    return pd.DataFrame(out, columns=list(MIX_COLUMNS))
+
+
+def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
+                    usd_total: "np.ndarray | None") -> Recommendation:
+    """Candidate ``j``'s row. A mix the oracle predicted as it is (``space.direct``) takes that
+    prediction's interval, compute and sources; one it did not, those composed of its two types'."""
     blk, k = space.locate(j)
     offers, grid = space.offers, space.grid
     config = _config_text(j, space)
@@ -100,43 +149,36 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         prior = [str(row.instance_type)] if nodes > 1 and sources.get("network_source") == "prior" else []
         memory = _memory_gib(grid.loc[[blk[2][k]]], split)
     else:
-        a, bb, na, nb = _mix_parts(space, blk, k)
+        m = _mix_split(j, space)
+        a, bb, na, nb, gb = m.a, m.b, m.nodes_a, m.nodes_b, m.global_batch
         ta, tb = offers.instance_type[a], offers.instance_type[bb]
         ma, mb = offers.market[a], offers.market[bb]
         market = ma.value if ma is mb else "mixed"
-        wa, wb = int(offers.slots[a]) * na, int(offers.slots[bb]) * nb
-        gb = float(space.global_batch) if space.global_batch else space.b_ref * (wa + wb)
-        tcs, bas, bbs = space.tab.curves.equalised(a, np.array([bb]), np.array([[float(wa)]]),
-                                                   np.array([[float(wb)]]), gb)
-        tc = float(tcs[0, 0])
-        split = {ta: float(bas[0, 0]), tb: float(bbs[0, 0])}
+        split = {ta: m.batch_a, tb: m.batch_b}
         total = na + nb
         rows = grid[(grid["nodes"] == total) & (((grid["instance_type"] == ta) & (grid["workers_per_node"] == offers.slots[a])) |
                                                 ((grid["instance_type"] == tb) & (grid["workers_per_node"] == offers.slots[bb])))]
-        rel_lo = float((rows["interval_low_ms"] / rows["iteration_ms"]).min())
-        rel_hi = float((rows["interval_high_ms"] / rows["iteration_ms"]).max())
-        # the split is made on each type's compute curve; outside the batches profiled its compute
-        # lies within ComputeCurve.bounds, and the equalised step within the slower type's
-        lows, highs = [1.0], [1.0]
-        for o, t in ((a, ta), (bb, tb)):
-            b0, b1 = space.tab.profiled[o]
-            if b1 and split[t] > b1:
-                lows.append(b1 / split[t])
-            elif b0 and 0 < split[t] < b0:  # none of the batch: the type's workers step at its floor
-                highs.append(b0 / split[t])
-        rel_lo, rel_hi = min(rel_lo, max(lows)), max(rel_hi, max(highs))
         it = float(gb / cat["raw"][j] * 1e3)  # after the sum-of-parts cap
+        mixed, gpus, nodes = True, int(offers.slots[a]) * na + int(offers.slots[bb]) * nb, total
+        direct = space.direct.get(j)
+        if direct is not None:  # predicted as it is: its own interval, compute and sources
+            rel_lo = float(direct["interval_low_ms"] / direct["iteration_ms"])
+            rel_hi = float(direct["interval_high_ms"] / direct["iteration_ms"])
+            source, compute = str(direct["source"]), float(direct["compute_ms"])
+            sources = {part: str(direct[part]) for part in PART_SOURCES if part in direct.index}
+            carried = [str(direct["compute_transfer"])] if "compute_transfer" in direct.index else []
+        else:
+            rel_lo, rel_hi = _composed_interval(space, rows, m, split)
+            srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])
+            source = "transferred" if "transferred" in srcs else "predicted"
+            compute = m.compute_ms  # each type's compute at its share of the batch, equalised
+            # the less certain of the two types' sources; the split's batches were not profiled as such
+            sources = {part: least_certain(part, [str(v) for v in rows[part]]
+                                           + (["profiled-other-batch"] if part == "compute_source" else []))
+                       for part in PART_SOURCES if part in grid.columns}
+            carried = [str(v) for v in rows["compute_transfer"]] if "compute_transfer" in grid.columns else []
         lo, hi = it * rel_lo, it * rel_hi
-        srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])
-        source = "transferred" if "transferred" in srcs else "predicted"
-        mixed, gpus, nodes = True, wa + wb, total
-        compute = tc  # each type's compute at its share of the batch, equalised
-        # the less certain of the two types' sources; the split's batches were not profiled as such
-        sources = {part: least_certain(part, [str(v) for v in rows[part]]
-                                       + (["profiled-other-batch"] if part == "compute_source" else []))
-                   for part in PART_SOURCES if part in grid.columns}
-        carried = [str(v) for v in rows["compute_transfer"]] if "compute_transfer" in grid.columns else []
-        prior = [t for t in (ta, tb) if "network_source" in grid.columns
+        prior = [t for t in (ta, tb) if sources.get("network_source") == "prior"
                  and (rows.loc[rows["instance_type"] == t, "network_source"] == "prior").any()]
         memory = _memory_gib(rows, split)
     thr_j, price_j = float(cat["thr"][j]), float(cat["price"][j])
@@ -149,6 +191,23 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
         usd_to_finish=float(usd_total[j]) if usd_total is not None else None,
         parts=_parts(it, compute, sources, carried), network_prior_types=prior, memory_gib=memory)
+
+
+def _composed_interval(space: _Space, rows: "pd.DataFrame", m: _MixSplit, split: dict[str, float]
+                       ) -> tuple[float, float]:
+    """A mix's interval over its figure, from its two types' rows at its node count: the wider of
+    theirs, and where a share leaves the batches profiled, its compute's bounds there
+    (ComputeCurve.bounds: the equalised step lies within the slower type's)."""
+    rel_lo = float((rows["interval_low_ms"] / rows["iteration_ms"]).min())
+    rel_hi = float((rows["interval_high_ms"] / rows["iteration_ms"]).max())
+    lows, highs = [1.0], [1.0]
+    for o, share in ((m.a, m.batch_a), (m.b, m.batch_b)):
+        b0, b1 = space.tab.profiled[o]
+        if b1 and share > b1:
+            lows.append(b1 / share)
+        elif b0 and 0 < share < b0:  # none of the batch: the type's workers step at its floor
+            highs.append(b0 / share)
+    return min(rel_lo, max(lows)), max(rel_hi, max(highs))
 
 
 def _memory_gib(rows: "pd.DataFrame", split: dict[str, float]) -> dict[str, float]:

@@ -34,7 +34,7 @@ the module of srifty.solver that holds each step:
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
@@ -44,8 +44,11 @@ from srifty.solver.constraints import Constraints, Objective, choose_objective
 from srifty.solver.infeasible import explain_infeasible
 from srifty.solver.offers import _goodput_into, _grid, build_offers
 from srifty.solver.results import Recommendation, Result
-from srifty.solver.rows import _config_text, _pareto, _recommendation
+from srifty.solver.rows import _config_text, _mix_cap, _mix_split, _pareto, _recommendation, mix_rows
 from srifty.solver.space import _capacity_units, _offer_table, _prune, _Space
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 
 def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, objective: Objective | None = None,
@@ -158,27 +161,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot}
     space = _Space(offers, tab, grid, blocks, starts, b_ref, c.global_batch_size)
 
-    masks: dict[str, np.ndarray] = {"usable": thr > 0}
-    if c.budget_per_hour is not None:
-        masks["budget"] = price <= c.budget_per_hour + 1e-9
-    if c.total_budget is not None:
-        masks["total_budget"] = usd_total <= c.total_budget + 1e-9
-    if c.min_throughput is not None:
-        masks["min_throughput"] = thr >= c.min_throughput - 1e-9
-    if c.deadline_hours is not None:
-        masks["deadline"] = hours <= c.deadline_hours + 1e-12
-    if not c.spot:
-        masks["spot"] = ~spot
-    if c.max_interruption is not None:
-        masks["max_interruption"] = rate <= c.max_interruption + 1e-12
-    if within is not None:
-        masks["capacity"] = within
-    if fits is not None:
-        masks["memory"] = fits
-    ok = masks["usable"].copy()
-    for k, m in masks.items():
-        if k != "usable":
-            ok &= m
+    masks = _constraint_masks(c, cat, hours, usd_total, within, fits)
+    ok = _all_of(masks)
     feasible_idx = np.flatnonzero(ok)
     if len(feasible_idx) == 0:
         err = explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
@@ -187,26 +171,40 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             err.hint = " ".join([err.hint or "", *(n + "." for n in held)]).strip()
         raise err
 
-    # ---- rank: a partial sort picks the leaders, a full sort orders only them
-    fthr, fprice = thr[feasible_idx], price[feasible_idx]
-    if obj is Objective.THROUGHPUT:
-        primary, secondary = -fthr, fprice
-    elif obj is Objective.COST:
-        primary, secondary = (usd_total[feasible_idx] if usd_total is not None else fprice), -fthr
-    else:
-        primary, secondary = fprice / (fthr * 3600.0), -fthr
-    if len(primary) > top:
-        kth = np.partition(primary, top - 1)[top - 1]
-        lead = np.flatnonzero(primary <= kth)
-    else:
-        lead = np.arange(len(primary))
-    ranked = feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
-
-    # ---- Pareto front (throughput up, $/h down) over the feasible set
-    front = feasible_idx[_pareto(fthr, fprice)]
-    if len(front) > pareto_limit:
-        pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
-        front = front[pick]
+    # ---- rank and the front; the mixes among them predicted as they are, until those shown all were
+    ranked, front = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
+    mix_block = np.array([blk[0] == "mix" for blk in blocks], bool)
+    for _ in range(MIX_ROUNDS if hasattr(oracle, "predict_mixes") else 0):
+        shown = np.unique(np.concatenate([ranked, front]))
+        todo = [int(j) for j in shown[mix_block[np.searchsorted(starts, shown, side="right") - 1]]
+                if int(j) not in space.direct]
+        if not todo:
+            break
+        direct = oracle.predict_mixes(mix_rows(todo, space))
+        for k, j in enumerate(todo):
+            space.direct[j] = direct.iloc[k]
+        idx = np.array(todo)
+        # the mix's throughput at its own prediction, capped at the sum of its parts' as composed
+        G = np.array([_mix_split(j, space).global_batch for j in todo])
+        cap = np.array([_mix_cap(j, space) for j in todo])
+        raw[idx] = np.minimum(G / direct["iteration_ms"].to_numpy(dtype=float) * 1e3, cap)
+        sub = np.empty(len(idx))
+        _goodput_into(sub, raw[idx], rate[idx], ckpt)
+        thr[idx] = sub
+        if hours is not None and usd_total is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                hours[idx] = np.where(sub > 0, (c.samples or 0.0) / (sub * 3600.0), np.inf)
+            usd_total[idx] = hours[idx] * price[idx]
+        again = _constraint_masks(c, {k: v[idx] for k, v in cat.items()}, None if hours is None else hours[idx],
+                                  None if usd_total is None else usd_total[idx],
+                                  None if within is None else within[idx], None if fits is None else fits[idx])
+        for name, m in again.items():
+            masks[name][idx] = m
+        ok[idx] = _all_of(again)
+        feasible_idx = np.flatnonzero(ok)
+        if len(feasible_idx) == 0:  # every candidate shown fell out when predicted as it is
+            raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
+        ranked, front = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
 
     def rec(j: int) -> Recommendation:
         return _recommendation(int(j), space, cat, hours, usd_total)
@@ -226,5 +224,73 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
+    if space.direct:
+        notes.append(f"{len(space.direct)} mix(es) among the rows shown predicted as they are (each type at its share "
+                     "of the batch); the search composed every mix from its two types' figures")
     return Result(obj, reason, c, n_cand, len(grid) + len(curve), pruned, time.perf_counter() - t_start, model_s, recs,
                   pareto, int(len(feasible_idx)), notes)
+
+
+# rounds of predicting the mixes shown as they are: each may bring new mixes into the rows shown
+MIX_ROUNDS = 30
+
+
+def _constraint_masks(c: Constraints, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
+                      usd_total: "np.ndarray | None", within: "np.ndarray | None",
+                      fits: "np.ndarray | None") -> dict[str, "np.ndarray"]:
+    """Per constraint, which candidates meet it ("usable": some throughput at all)."""
+    thr, price, rate, spot = cat["thr"], cat["price"], cat["rate"], cat["spot"]
+    masks: dict[str, "np.ndarray"] = {"usable": thr > 0}
+    if c.budget_per_hour is not None:
+        masks["budget"] = price <= c.budget_per_hour + 1e-9
+    if c.total_budget is not None and usd_total is not None:
+        masks["total_budget"] = usd_total <= c.total_budget + 1e-9
+    if c.min_throughput is not None:
+        masks["min_throughput"] = thr >= c.min_throughput - 1e-9
+    if c.deadline_hours is not None and hours is not None:
+        masks["deadline"] = hours <= c.deadline_hours + 1e-12
+    if not c.spot:
+        masks["spot"] = ~spot
+    if c.max_interruption is not None:
+        masks["max_interruption"] = rate <= c.max_interruption + 1e-12
+    if within is not None:
+        masks["capacity"] = within
+    if fits is not None:
+        masks["memory"] = fits
+    return masks
+
+
+def _all_of(masks: dict[str, "np.ndarray"]) -> "np.ndarray":
+    """The candidates that meet every mask."""
+    ok = masks["usable"].copy()
+    for name, m in masks.items():
+        if name != "usable":
+            ok &= m
+    return ok
+
+
+def _rank(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None", feasible_idx: "np.ndarray",
+          top: int, pareto_limit: int) -> tuple["np.ndarray", "np.ndarray"]:
+    """The first ``top`` feasible candidates by the objective (a partial sort picks the leaders, a
+    full sort orders only them), and the Pareto front of throughput vs $/h (at most ``pareto_limit``
+    of its points, evenly spread)."""
+    import numpy as np
+
+    fthr, fprice = cat["thr"][feasible_idx], cat["price"][feasible_idx]
+    if obj is Objective.THROUGHPUT:
+        primary, secondary = -fthr, fprice
+    elif obj is Objective.COST:
+        primary, secondary = (usd_total[feasible_idx] if usd_total is not None else fprice), -fthr
+    else:
+        primary, secondary = fprice / (fthr * 3600.0), -fthr
+    if len(primary) > top:
+        kth = np.partition(primary, top - 1)[top - 1]
+        lead = np.flatnonzero(primary <= kth)
+    else:
+        lead = np.arange(len(primary))
+    ranked = feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
+    front = feasible_idx[_pareto(fthr, fprice)]
+    if len(front) > pareto_limit:
+        pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
+        front = front[pick]
+    return ranked, front

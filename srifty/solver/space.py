@@ -9,7 +9,7 @@ locates a candidate index in the composed blocks. :func:`_capacity_units` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from srifty.capacity import CapacityLimit
@@ -236,6 +236,8 @@ class _Space:
     starts: "np.ndarray"  # first candidate index of each block
     b_ref: float
     global_batch: int | None
+    # mixes the oracle predicted as they are (search.solve): candidate -> its row of predict_mixes
+    direct: dict[int, "pd.Series"] = field(default_factory=dict)
 
     def locate(self, j: int) -> tuple[tuple, int]:
         import numpy as np
