@@ -25,9 +25,10 @@ GOLDEN = ROOT / "tests" / "data" / "golden-predictions.json"
 REL_TOL = 1e-6
 
 EMU = "profiles/emulated/cnn_resnet"
-# (profile paths, configuration, per-worker batch): every source of figure the model has --
-# measured, predicted, transferred from a CPU profile, multi-node TCP, NVLink, emulated mixes.
-SETUPS: list[tuple[list[str], str, int]] = [
+# (profile paths, configuration, per-worker batch, or one per instance type as `predict --type-batch`
+# gives them): every source of figure the model has -- measured, predicted, transferred from a CPU
+# profile, multi-node TCP, NVLink, emulated mixes.
+SETUPS: list[tuple[list[str], str, int | dict[str, int]]] = [
     (["profiles/local/cnn_resnet.json"], "1xg5.xlarge", 32),
     (["profiles/local/transformer_lm.json"], "2xg4dn.12xlarge", 8),
     (["profiles/local/mlp_recsys.json"], "2xg4dn.xlarge", 256),
@@ -47,6 +48,11 @@ SETUPS: list[tuple[list[str], str, int]] = [
     ([f"{EMU}/1xemu.medium-b16.json", f"{EMU}/1xemu.small-b16.json", f"{EMU}/1xemu.net-b16.json"],
      "1xemu.medium+2xemu.net", 16),
     ([f"{EMU}/1xemu.medium-b16.json", f"{EMU}/1xemu.small-b16.json"], "3xemu.small", 16),
+    # a mix at one batch outside both types' profiled ones: the step within the slowest worker's bounds
+    ([f"{EMU}/1xemu.medium-b16.json", f"{EMU}/1xemu.medium-b32.json", f"{EMU}/1xemu.net-b16.json"],
+     "1xemu.medium+2xemu.net", 64),
+    # a mix whose types train at their own batches, as recommend splits it
+    (["profiles/local/cnn_resnet.json"], "1xp3.8xlarge+1xp4d.24xlarge", {"p3.8xlarge": 19, "p4d.24xlarge": 38}),
 ]
 
 
@@ -54,13 +60,16 @@ def predictions(model_path: Path | None = None) -> list[dict[str, Any]]:
     """Every setup predicted with the shipped model (or ``model_path``), as `srifty predict` does."""
     from srifty import model as m
     from srifty.configspec import parse_config
+    from srifty.features import with_type_batches
     from srifty.oracle import load_inputs
 
     predictor = m.load(model_path or m.SHIPPED_MODEL)
     out = []
     for paths, config, batch in SETUPS:
         job, catalog = load_inputs([str(ROOT / p) for p in paths], None, with_emulated=True)
-        result = predictor.predict(job, catalog, [(parse_config(config).resolved(catalog), batch)])[0]
+        row = (parse_config(config).resolved(catalog), batch if isinstance(batch, int) else 1)
+        rows = with_type_batches([row], batch, catalog) if isinstance(batch, dict) else [row]
+        result = predictor.predict(job, catalog, rows)[0]
         out.append({"profiles": paths, "config": config, "local_batch_size": batch,
                     "iteration_ms": result.iteration_ms, "interval_ms": list(result.interval_ms),
                     "source": result.source})
@@ -70,9 +79,12 @@ def predictions(model_path: Path | None = None) -> list[dict[str, Any]]:
 def moved(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
     """What differs between two recordings, one line a setup."""
     lines = []
-    keyed = {(tuple(o["profiles"]), o["config"], o["local_batch_size"]): o for o in old}
+    def key(p: dict[str, Any]) -> tuple:
+        return tuple(p["profiles"]), p["config"], json.dumps(p["local_batch_size"], sort_keys=True)
+
+    keyed = {key(o): o for o in old}
     for n in new:
-        o = keyed.get((tuple(n["profiles"]), n["config"], n["local_batch_size"]))
+        o = keyed.get(key(n))
         figures = ("iteration_ms", "interval_ms")
         if o is None:
             lines.append(f"{n['config']} ({', '.join(n['profiles'])}): not recorded")
