@@ -31,6 +31,7 @@ def test_predict_returns_what_the_command_prints() -> None:
     cli = json.loads(run_srifty("predict", "--profile", CNN, "--config", "2xg5.12xlarge", "-b", "16", "--json").stdout)
     assert (p.config, p.local_batch_size, p.source) == (cli["config"], cli["local_batch_size"], cli["source"])
     assert round(p.iteration_ms, 4) == cli["iteration_ms"] and p.parts["network_source"] == cli["parts"]["network_source"]
+    assert api.predict([CNN], []) == []  # nothing asked, nothing predicted
 
 
 def test_library_errors_name_the_configuration() -> None:

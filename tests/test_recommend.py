@@ -219,7 +219,8 @@ def test_a_mix_shown_has_the_figures_predict_gives_it_at_its_split():
         rows.append((config, tuple(x.batch_split[g.instance_type] for g in config.groups)))
     uncapped = 0
     for x, p in zip(mixes, model.predictor.predict(model.job, model.catalog, rows)):
-        assert p.batch_split is not None and p.throughput_samples_per_s == pytest.approx(x.global_batch / p.iteration_ms * 1e3)
+        assert p.batch_split is not None
+        assert p.throughput_samples_per_s == pytest.approx(x.global_batch / p.iteration_ms * 1e3)
         assert x.raw_throughput_samples_per_s <= p.throughput_samples_per_s * (1 + 1e-9)
         if x.raw_throughput_samples_per_s == pytest.approx(p.throughput_samples_per_s):
             assert x.iteration_ms == pytest.approx(p.iteration_ms)

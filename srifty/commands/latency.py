@@ -168,8 +168,8 @@ def _read_type_batches(texts: Sequence[str]) -> dict[str, int]:
         except ValueError:
             batch = 0
         if not name.strip() or not 1 <= batch <= params.MAX_BATCH:
-            raise SriftyError(f"--type-batch {item!r}: expected TYPE=BATCH, a whole batch of 1 to {params.MAX_BATCH:,}.",
-                              "e.g. --type-batch p4d.24xlarge=43")
+            raise SriftyError(f"--type-batch {item!r}: expected TYPE=BATCH, a whole batch of 1 to "
+                              f"{params.MAX_BATCH:,}.", "e.g. --type-batch p4d.24xlarge=43")
         out[name.strip()] = batch
     return out
 

@@ -148,6 +148,8 @@ class Predictor:
         with each row's warnings (:func:`predict_table` gives the figures)."""
         import numpy as np
 
+        if not rows:
+            return []
         table = predict_table(self, self.builder(job, catalog), rows)
         uncalibrated = self.latency.uncalibrated(table.features)
         out = []

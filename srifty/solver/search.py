@@ -21,14 +21,18 @@ the module of srifty.solver that holds each step:
    step bound by kernel launches barely grows with the batch); the gradient allreduce over
    the whole cluster costs the larger of the two types' communication overheads at the
    total node count (the slowest link bounds it). A mix is capped at the sum of its
-   parts' throughputs (here; a row's figures: ``rows``).
+   parts' throughputs (here; a row's figures: ``rows``). The composed figure is for the
+   search: the mixes that reach the rows shown are predicted as they are
+   (``ThroughputOracle.predict_mixes``, ``rows.mix_rows``) and ranked again (step 6).
 5. **Spot**: goodput = throughput × (1 − λ·(restart overhead + checkpoint interval / 2)),
    with λ the cluster's interruptions per hour (the sum over its spot nodes: any
    interruption stalls every synchronous worker; ``offers._goodput_into``).
 6. **Constraints** (``constraints``) as boolean masks; **rank** by the objective; **Pareto front** of
-   throughput vs $/h over the feasible set (``rows._pareto``). When nothing is feasible,
-   :func:`explain_infeasible` names the constraint(s) that rule everything out and the
-   nearest relaxation (``infeasible``). What comes back: ``results``.
+   throughput vs $/h over the feasible set (``rows._pareto``); the mixes among the ranked rows
+   and the front predicted as they are, their figures checked against the constraints again,
+   and ranking and front made again, until every mix shown was (at most :data:`MIX_ROUNDS`).
+   When nothing is feasible, :func:`explain_infeasible` names the constraint(s) that rule
+   everything out and the nearest relaxation (``infeasible``). What comes back: ``results``.
 """
 
 from __future__ import annotations
@@ -202,7 +206,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             masks[name][idx] = m
         ok[idx] = _all_of(again)
         feasible_idx = np.flatnonzero(ok)
-        if len(feasible_idx) == 0:  # every candidate shown fell out when predicted as it is
+        if len(feasible_idx) == 0:  # none is left once the mixes shown are predicted as they are
             raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
         ranked, front = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
 
