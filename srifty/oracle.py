@@ -79,7 +79,6 @@ class ModelOracle:
                                          rows["local_batch_size"])]
         table = predict_table(self.predictor, self.builder, configs)
         X = table.features
-        it, lo, hi, source = table.iteration_ms, table.low_ms, table.high_ms, table.source
         types = rows["instance_type"].to_numpy()
         for t in sorted(set(rows["instance_type"])):
             for note in self.builder.hardware(str(t)).notes:
@@ -120,18 +119,10 @@ class ModelOracle:
             note = gradient_estimated_note(self.builder.grad_bytes)
             if note not in self.notes:
                 self.notes.append(note)
-        out = rows.copy()
-        out["iteration_ms"] = it
-        out["interval_low_ms"] = lo
-        out["interval_high_ms"] = hi
-        out["compute_ms"] = X["compute_ms"].to_numpy(dtype=float)
+        out = _with_figures(rows, table)
         ranges = {str(t): self.builder.profiled_range(str(t)) for t in set(types)}
         out["profiled_batch_low"] = [ranges[str(t)][0] for t in types]
         out["profiled_batch_high"] = [ranges[str(t)][1] for t in types]
-        out["source"] = source
-        for part, values in table.sources().items():
-            out[part] = values
-        out["compute_transfer"] = [",".join(table.compute_transfer(i) or ()) for i in range(len(configs))]
         # the most per-worker batch one worker of the type can hold in its GPU's memory (inf: unbounded)
         limit = {str(t): self.job.max_fitting_batch(self.builder.hardware(str(t))) for t in set(types)}
         out["max_fitting_batch"] = [limit[str(t)] for t in types]
@@ -155,16 +146,26 @@ class ModelOracle:
         batch (columns :data:`MIX_COLUMNS`, as recommend splits a global batch): iteration_ms,
         interval_low_ms, interval_high_ms, compute_ms (the slowest worker's), source and the sources
         of its parts (srifty.model.PART_SOURCES, compute_transfer)."""
-        table = predict_table(self.predictor, self.builder, _mix_configs(rows))
-        out = rows.copy()
-        out["iteration_ms"], out["interval_low_ms"], out["interval_high_ms"] = (
-            table.iteration_ms, table.low_ms, table.high_ms)
-        out["compute_ms"] = table.features["compute_ms"].to_numpy(dtype=float)
-        out["source"] = table.source
-        for part, values in table.sources().items():
-            out[part] = values
-        out["compute_transfer"] = [",".join(table.compute_transfer(i) or ()) for i in range(len(out))]
-        return out
+        return _with_figures(rows, predict_table(self.predictor, self.builder, _mix_configs(rows)))
+
+
+def _with_figures(rows: "pd.DataFrame", table: Any) -> "pd.DataFrame":
+    """``rows`` with ``table``'s (a PredictionTable of them) figures: FIGURES, the source and the
+    sources of its parts (srifty.model.PART_SOURCES, compute_transfer: how, comma-separated)."""
+    out = rows.copy()
+    out["iteration_ms"] = table.iteration_ms
+    out["interval_low_ms"] = table.low_ms
+    out["interval_high_ms"] = table.high_ms
+    out["compute_ms"] = table.features["compute_ms"].to_numpy(dtype=float)
+    out["source"] = table.source
+    for part, values in table.sources().items():
+        out[part] = values
+    out["compute_transfer"] = [",".join(table.compute_transfer(i) or ()) for i in range(len(out))]
+    return out
+
+
+# the figures of a predicted row that every oracle gives (ModelOracle.predict_rows adds more)
+FIGURES = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms")
 
 
 # a mix of two types, each at its own per-worker batch: the columns that say which (ModelOracle.predict_mixes)
@@ -186,8 +187,8 @@ class CachedOracle:
     repeated recommendation over the same inputs skips the model entirely.
     """
 
-    COLUMNS = ("iteration_ms", "interval_low_ms", "interval_high_ms", "compute_ms", "profiled_batch_low",
-               "profiled_batch_high", "max_fitting_batch", "memory_fixed_gib", "memory_per_sample_gib")
+    COLUMNS = FIGURES + ("profiled_batch_low", "profiled_batch_high", "max_fitting_batch", "memory_fixed_gib",
+                         "memory_per_sample_gib")
     TEXT_COLUMNS = ("source",) + PART_SOURCES + ("compute_transfer",)
 
     def __init__(self, make: Any, identity: dict[str, Any], default_batch: int, directory: Any = None) -> None:
@@ -219,7 +220,7 @@ class CachedOracle:
 
     def predict_mixes(self, rows: "pd.DataFrame") -> "pd.DataFrame":
         """ModelOracle.predict_mixes, kept on disk as the homogeneous rows are."""
-        return self._cached(rows, MIX_COLUMNS, "predict_mixes", self.COLUMNS[:4])[0]
+        return self._cached(rows, MIX_COLUMNS, "predict_mixes", FIGURES)[0]
 
     def _cached(self, rows: "pd.DataFrame", keys: Sequence[str], method: str,
                 columns: Sequence[str]) -> tuple["pd.DataFrame", list[str]]:

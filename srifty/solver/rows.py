@@ -108,24 +108,20 @@ def _mix_split(j: int, space: _Space) -> _MixSplit:
     return _MixSplit(a, bb, na, nb, gb, float(tcs[0, 0]), float(bas[0, 0]), float(bbs[0, 0]))
 
 
-def _mix_cap(j: int, space: _Space) -> float:
-    """Mix ``j``'s most throughput: its two types' nodes each at their own figure, added up."""
-    blk, k = space.locate(j)
-    a, bb, na, nb = _mix_parts(space, blk, k)
-    return float(space.tab.cap[a, na - 1] + space.tab.cap[bb, nb - 1])
+def _mix_cap(m: _MixSplit, space: _Space) -> float:
+    """A mix's most throughput: its two types' nodes each at their own figure, added up."""
+    return float(space.tab.cap[m.a, m.nodes_a - 1] + space.tab.cap[m.b, m.nodes_b - 1])
 
 
-def mix_rows(js: "Sequence[int]", space: _Space) -> "pd.DataFrame":
-    """Mix candidates ``js`` as rows of srifty.oracle.MIX_COLUMNS: each type's nodes at its share of
-    the global batch, for the oracle to predict as they are (ThroughputOracle.predict_mixes)."""
+def mix_rows(splits: "Sequence[_MixSplit]", space: _Space) -> "pd.DataFrame":
+    """Mixes as rows of srifty.oracle.MIX_COLUMNS: each type's nodes at its share of the global
+    batch, for the oracle to predict as they are (ThroughputOracle.predict_mixes)."""
     import pandas as pd
 
-    offers, out = space.offers, []
-    for j in js:
-        m = _mix_split(j, space)
-        out.append((offers.instance_type[m.a], int(offers.slots[m.a]), m.nodes_a, m.batch_a,
-                    offers.instance_type[m.b], int(offers.slots[m.b]), m.nodes_b, m.batch_b))
-    return pd.DataFrame(out, columns=list(MIX_COLUMNS))
+    offers = space.offers
+    return pd.DataFrame([(offers.instance_type[m.a], int(offers.slots[m.a]), m.nodes_a, m.batch_a,
+                          offers.instance_type[m.b], int(offers.slots[m.b]), m.nodes_b, m.batch_b) for m in splits],
+                        columns=list(MIX_COLUMNS))
 
 
 def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",

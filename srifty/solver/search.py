@@ -184,13 +184,14 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                 if int(j) not in space.direct]
         if not todo:
             break
-        direct = oracle.predict_mixes(mix_rows(todo, space))
+        splits = [_mix_split(j, space) for j in todo]
+        direct = oracle.predict_mixes(mix_rows(splits, space))
         for k, j in enumerate(todo):
             space.direct[j] = direct.iloc[k]
         idx = np.array(todo)
         # the mix's throughput at its own prediction, capped at the sum of its parts' as composed
-        G = np.array([_mix_split(j, space).global_batch for j in todo])
-        cap = np.array([_mix_cap(j, space) for j in todo])
+        G = np.array([m.global_batch for m in splits])
+        cap = np.array([_mix_cap(m, space) for m in splits])
         raw[idx] = np.minimum(G / direct["iteration_ms"].to_numpy(dtype=float) * 1e3, cap)
         sub = np.empty(len(idx))
         _goodput_into(sub, raw[idx], rate[idx], ckpt)
