@@ -152,8 +152,7 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         market = ma.value if ma is mb else "mixed"
         split = {ta: m.batch_a, tb: m.batch_b}
         total = na + nb
-        rows = grid[(grid["nodes"] == total) & (((grid["instance_type"] == ta) & (grid["workers_per_node"] == offers.slots[a])) |
-                                                ((grid["instance_type"] == tb) & (grid["workers_per_node"] == offers.slots[bb])))]
+        rows = space.grid_rows(total, (ta, offers.slots[a]), (tb, offers.slots[bb]))
         it = float(gb / cat["raw"][j] * 1e3)  # after the sum-of-parts cap
         mixed, gpus, nodes = True, int(offers.slots[a]) * na + int(offers.slots[bb]) * nb, total
         direct = space.direct.get(j)
@@ -165,7 +164,7 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
             carried = [str(direct["compute_transfer"])] if "compute_transfer" in direct.index else []
         else:
             rel_lo, rel_hi = _composed_interval(space, rows, m, split)
-            srcs = set(grid[grid["instance_type"].isin([ta, tb])]["source"])
+            srcs = space.type_sources.get(ta, set()) | space.type_sources.get(tb, set())
             source = "transferred" if "transferred" in srcs else "predicted"
             compute = m.compute_ms  # each type's compute at its share of the batch, equalised
             # the less certain of the two types' sources; the split's batches were not profiled as such
@@ -211,12 +210,13 @@ def _memory_gib(rows: "pd.DataFrame", split: dict[str, float]) -> dict[str, floa
     those types (their memory line; none where the oracle gives none or the job's is unknown)."""
     if "memory_fixed_gib" not in rows.columns:
         return {}
+    types = list(rows["instance_type"])
+    fixed, per_sample = (rows[c].to_numpy(dtype=float) for c in ("memory_fixed_gib", "memory_per_sample_gib"))
     out = {}
     for t, b in split.items():
-        mine = rows[rows["instance_type"] == t]
-        if len(mine) and not math.isnan(float(mine["memory_fixed_gib"].iloc[0])):
-            fixed, per_sample = (float(mine[c].iloc[0]) for c in ("memory_fixed_gib", "memory_per_sample_gib"))
-            out[t] = round(fixed + per_sample * b, 4)
+        first = types.index(t) if t in types else None
+        if first is not None and not math.isnan(fixed[first]):
+            out[t] = round(float(fixed[first] + per_sample[first] * b), 4)
     return out
 
 

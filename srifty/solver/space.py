@@ -10,6 +10,7 @@ locates a candidate index in the composed blocks. :func:`_capacity_units` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Sequence
 
 from srifty.capacity import CapacityLimit
@@ -244,6 +245,25 @@ class _Space:
 
         b = int(np.searchsorted(self.starts, j, side="right") - 1)
         return self.blocks[b], int(j - self.starts[b])
+
+    @cached_property
+    def _positions(self) -> dict[tuple[str, int, int], "np.ndarray"]:
+        # the grid's row positions of each (instance type, workers per node, nodes), in grid order
+        return {(str(t), int(w), int(n)): v for (t, w, n), v in
+                self.grid.groupby(["instance_type", "workers_per_node", "nodes"], sort=False).indices.items()}
+
+    def grid_rows(self, nodes: int, *types: tuple[str, int]) -> "pd.DataFrame":
+        """The grid's rows at ``nodes`` of each (instance type, workers per node) in ``types``,
+        in grid order (each type's rows at every batch the grid holds)."""
+        import numpy as np
+
+        found = [self._positions.get((t, int(w), int(nodes))) for t, w in types]
+        return self.grid.iloc[np.sort(np.concatenate([f for f in found if f is not None] or [np.zeros(0, int)]))]
+
+    @cached_property
+    def type_sources(self) -> dict[str, set[str]]:
+        """Each instance type's sources over all its grid rows."""
+        return {str(t): set(map(str, v)) for t, v in self.grid.groupby("instance_type", sort=False)["source"]}
 
 
 def exceeded_limits(config: str, limits: Sequence["CapacityLimit"]) -> list[str]:
