@@ -141,12 +141,14 @@ def fit(corpora: Sequence[str], out: str | Path, quick: bool = False) -> Predict
 def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tuple[str | ClusterConfig, int]],
             local_batch_size: int | None = None, model_path: str | None = None, catalog_path: str | None = None,
             placement_group: bool = False, say: Say = _quiet, where: Sequence[str] = (),
-            type_batches: Mapping[str, int] | None = None) -> list[Prediction]:
+            type_batches: Mapping[str, float] | None = None,
+            row_type_batches: Sequence[Mapping[str, float] | None] = ()) -> list[Prediction]:
     """Iteration time, interval and throughput of a profiled job on each configuration (a
     configuration alone, or with its own per-worker batch), as ``srifty predict`` gives them.
     ``where``: per configuration, what an error about it should add (e.g. " (configs.csv line 3)").
     ``type_batches``: the per-worker batch of every worker of these instance types, in place of the
-    row's (a mix whose types train at their own batches, as a plan of ``recommend`` starts them)."""
+    row's (a mix whose types train at their own batches, as a plan of ``recommend`` starts them);
+    ``row_type_batches``: per configuration, such batches of its own (over ``type_batches``)."""
     job, cat = load_inputs(list(profiles), Catalog.default(catalog_path) if catalog_path else None, with_emulated=True)
     for w in getattr(cat, "warnings", []) or []:
         say(f"warning: {w}")
@@ -160,8 +162,7 @@ def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tup
         except SriftyError as exc:
             raise SriftyError(f"{exc.message}{where[i] if i < len(where) else ''}", exc.hint) from None
         rows.append((config, b or local_batch_size or default_b))
-    if type_batches:
-        rows = with_type_batches(rows, type_batches, cat)
+    rows = with_type_batches(rows, type_batches, cat, row_type_batches, where)
     predictor = load_predictor(model_path, lambda msg: say(f"note: {msg}"))
     if predictor is None:
         raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",

@@ -1308,6 +1308,17 @@ def test_predict_configs_that_cannot_be_read_get_a_clear_error(tmp_path: Path) -
         res = run_srifty("predict", "--profile", str(POLLUX / "imagenet"), "--configs", configs)
         assert res.returncode == 1 and said in res.stderr and "Traceback" not in res.stderr, res.stderr
         assert "unexpectedly" not in res.stderr
+    # a batch_split that is not TYPE=BATCH, or names a type its row does not hold: the line is named
+    from srifty.errors import SriftyError
+
+    for split, said in (("g4dn.12xlarge=0", "line 3: batch_split 'g4dn.12xlarge=0': expected TYPE=BATCH"),
+                        ("g4dn.12xlarge:16", "line 3: batch_split 'g4dn.12xlarge:16': expected TYPE=BATCH"),
+                        ("g4dn.12xlarge=16;g5.xlarge=4", "names g5.xlarge, which no configuration asked for holds "
+                                                         f"({tmp_path / 'split.csv'} line 3)")):
+        (tmp_path / "split.csv").write_text(f"config,batch_split\n2xg5.xlarge,\n2xg4dn.12xlarge,{split}\n")
+        res = _predict("--profile", str(POLLUX / "imagenet"), "--configs", str(tmp_path / "split.csv"))
+        assert res.exit_code == 1 and isinstance(res.exception, SriftyError), res.output
+        assert said in str(res.exception), str(res.exception)
 
 
 def test_predict_a_mix_at_each_type_s_own_batch(model_file: Path) -> None:
@@ -1320,7 +1331,7 @@ def test_predict_a_mix_at_each_type_s_own_batch(model_file: Path) -> None:
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout.splitlines()[-1])
     assert d["batch_split"] == {"g4dn.12xlarge": 32, "g4dn.xlarge": 8}
-    assert d["local_batch_size"] == round((4 * 32 + 8) / 5)
+    assert d["local_batch_size"] == (4 * 32 + 8) / 5  # their mean
     assert d["throughput_samples_per_s"] == pytest.approx((4 * 32 + 8) / (d["iteration_ms"] / 1e3), rel=1e-3)
     # the slowest worker's compute: the g4dn.12xlarge's T4s at 32, not the g4dn.xlarge's at 8
     alone = json.loads(_predict(*args, "--config", "1xg4dn.12xlarge:1", "-b", "32").stdout.splitlines()[-1])

@@ -230,6 +230,47 @@ def test_a_mix_shown_has_the_figures_predict_gives_it_at_its_split():
     assert uncapped > 0
 
 
+def test_recommend_s_csv_is_a_configs_file_predict_gives_the_same_rows(tmp_path):
+    """`recommend --csv` saved to a file is a `predict --configs` file: each row at its batch split
+    (its batch_split column, to 0.01 as the CSV writes it) gets recommend's iteration time and
+    interval, up to what that rounding moves; a mix capped at the sum of its parts is slower in
+    recommend."""
+    import csv
+    import io
+
+    from click.testing import CliRunner
+
+    from srifty.cli import cli
+
+    args = ["--profile", EMU_PROFILES, "--catalog", str(ROOT / "configs/emulated.yaml")]
+    rec = CliRunner().invoke(cli, ["recommend", *args, "--budget", "5", "--global-batch-size", "96", "--max-nodes", "5",
+                                   "--top", "12", "--csv"])
+    assert rec.exit_code == 0, rec.output
+    ranked = list(csv.DictReader(io.StringIO(rec.stdout)))
+    assert len(ranked) == 12 and any(";" in r["batch_split"] for r in ranked)
+    path = tmp_path / "ranked.csv"
+    path.write_text(rec.stdout)
+    res = CliRunner().invoke(cli, ["predict", *args, "--configs", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    predicted = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [p["config"].replace(":1", "") for p in predicted] == [r["config"] for r in ranked]
+    mixes_compared = 0
+    for r, p in zip(ranked, predicted):
+        split = {t: float(b) for t, b in (item.split("=") for item in r["batch_split"].split(";"))}
+        if len(split) > 1:
+            assert p["batch_split"] == split
+        else:
+            assert "batch_split" not in p and p["local_batch_size"] == next(iter(split.values()))
+        it, low, high = (float(r[k]) for k in ("iteration_ms", "interval_low_ms", "interval_high_ms"))
+        if len(split) > 1 and p["iteration_ms"] < it * 0.99:  # capped at the sum of its parts
+            continue
+        assert p["iteration_ms"] == pytest.approx(it, rel=0.01)
+        assert p["interval_ms"][0] / p["iteration_ms"] == pytest.approx(low / it, rel=0.01)
+        assert p["interval_ms"][1] / p["iteration_ms"] == pytest.approx(high / it, rel=0.01)
+        mixes_compared += len(split) > 1
+    assert mixes_compared > 0
+
+
 def test_spot_goodput_discounts_interruptions():
     r = all_feasible(budget_per_hour=5.0, checkpoint_interval_h=1.0, restart_overhead_h=0.2)
     for x in r.recommendations:

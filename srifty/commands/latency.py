@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import click
 
@@ -138,38 +139,56 @@ def fit_cmd(corpus: tuple[str, ...], out: str, quick: bool) -> None:
                           indent=1))
 
 
-def _read_configs_csv(path: str) -> list[tuple[str, int | None, int]]:
+class _ConfigRequest(NamedTuple):
+    """One configuration asked for: its per-worker batch, each type's own batch, and its line in
+    the --configs file (0: given by --config)."""
+
+    config: str
+    batch: int | None
+    type_batches: dict[str, float]
+    line: int
+
+
+def _read_configs_csv(path: str) -> list[_ConfigRequest]:
     rows = []
     try:
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
             if "config" not in (reader.fieldnames or []):
-                raise SriftyError(f"{path}: needs a 'config' column (and optionally 'local_batch_size').")
+                raise SriftyError(f"{path}: needs a 'config' column (and optionally 'local_batch_size' and "
+                                  f"'batch_split').")
             for i, rec in enumerate(reader, start=2):
                 b = (rec.get("local_batch_size") or "").strip()
                 try:
-                    rows.append((rec["config"].strip(), int(b) if b else None, i))
+                    batch = int(b) if b else None
                 except ValueError:
                     raise SriftyError(f"{path} line {i}: local_batch_size {b!r} is not a whole number.") from None
+                split = _parse_type_batches([rec.get("batch_split") or ""], f"{path} line {i}: batch_split",
+                                            whole=False)
+                rows.append(_ConfigRequest((rec["config"] or "").strip(), batch, split, i))
     except (OSError, UnicodeDecodeError) as exc:
         raise SriftyError(f"--configs {path}: cannot read it as a CSV file ({getattr(exc, 'strerror', None) or exc}).",
-                          "--configs takes a CSV file with columns config,local_batch_size, one configuration per "
-                          "line; for one configuration use --config.") from None
+                          "--configs takes a CSV file with a config column (and optionally local_batch_size and "
+                          "batch_split), one configuration per line; for one configuration use --config.") from None
     return rows
 
 
-def _read_type_batches(texts: Sequence[str]) -> dict[str, int]:
-    """--type-batch TYPE=BATCH (repeated, or joined with commas) as {type: batch}."""
-    out: dict[str, int] = {}
-    for item in (part.strip() for text in texts for part in text.split(",") if part.strip()):
+def _parse_type_batches(texts: Sequence[str], what: str, whole: bool = True) -> dict[str, float]:
+    """TYPE=BATCH items (repeated, or joined with commas or semicolons) as {type: batch}: whole
+    batches (``whole``, as --type-batch takes them), else any above 0, as `recommend --csv` writes
+    a mix's shares. ``what`` names where they were given, in an error."""
+    out: dict[str, float] = {}
+    for item in (part.strip() for text in texts for part in re.split(r"[,;]", text) if part.strip()):
         name, _, value = item.partition("=")
         try:
-            batch = int(value)
+            batch: float = int(value) if whole else float(value)
         except ValueError:
             batch = 0
-        if not name.strip() or not 1 <= batch <= params.MAX_BATCH:
-            raise SriftyError(f"--type-batch {item!r}: expected TYPE=BATCH, a whole batch of 1 to "
-                              f"{params.MAX_BATCH:,}.", "e.g. --type-batch p4d.24xlarge=43")
+        if not name.strip() or not 0 < batch <= params.MAX_BATCH:
+            size = "a whole batch of 1" if whole else "a batch above 0"
+            raise SriftyError(f"{what} {item!r}: expected TYPE=BATCH, {size} to {params.MAX_BATCH:,}.",
+                              "e.g. --type-batch p4d.24xlarge=43, or in a --configs file a batch_split column "
+                              "of p3dn.24xlarge=21.5;p4d.24xlarge=42.5 (as `srifty recommend --csv` writes it)")
         out[name.strip()] = batch
     return out
 
@@ -202,6 +221,8 @@ Examples:
   srifty predict --profile profiles/pollux/cifar10/g4dn.12xlarge.json --config 2xg4dn.12xlarge:2 --json
   srifty predict --profile profiles/pollux/imagenet --config 2xg4dn.12xlarge --config 4xg4dn.xlarge -b 32
   srifty predict --profile profiles/pollux/ncf --configs candidates.csv   # columns config,local_batch_size
+  srifty recommend --profile profiles/local/cnn_resnet.json --budget 12 --csv > ranked.csv
+  srifty predict --profile profiles/local/cnn_resnet.json --configs ranked.csv   # the rows as predict has them
   srifty predict --profile profiles/local/cnn_resnet.json --config 1xp3dn.24xlarge+1xp4d.24xlarge \
       --type-batch p3dn.24xlarge=21 --type-batch p4d.24xlarge=43   # a mix's split, as its plan starts it
 
@@ -232,7 +253,9 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
               help="A profile file, or a directory with one model's profiles (several instance types).")
 @click.option("--config", "config_texts", multiple=True,
               help="Cluster configuration, e.g. 2xp3.8xlarge+1xg5.12xlarge; repeat it for several.")
-@click.option("--configs", "configs_csv", type=click.Path(dir_okay=False), help="CSV with columns config, local_batch_size.")
+@click.option("--configs", "configs_csv", type=click.Path(dir_okay=False),
+              help="CSV with a config column and optionally local_batch_size and batch_split (TYPE=BATCH;... : "
+                   "each type's own batch, as `recommend --csv` writes it).")
 @click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profile's).")
 @click.option("--type-batch", "type_batch_texts", multiple=True, metavar="TYPE=BATCH",
               help="Every worker of TYPE at this per-worker batch instead (a mix's types at their own batches, "
@@ -251,13 +274,15 @@ def predict_cmd(profile_path: str, config_texts: tuple[str, ...], configs_csv: s
     if bool(config_texts) == bool(configs_csv):
         raise SriftyError("Give the configurations by --config (once or more) or by --configs, one of the two.",
                           "e.g. --config 4xg4dn.12xlarge --config 2xg5.12xlarge")
-    requests = ([(text, local_batch_size, 0) for text in config_texts] if config_texts
+    requests = ([_ConfigRequest(text, local_batch_size, {}, 0) for text in config_texts] if config_texts
                 else _read_configs_csv(configs_csv or ""))
     # --model FILE, or the model `srifty recommend` also uses (trained once and cached)
-    results = api.predict([profile_path], [(text, b) if b else text for text, b, _ in requests], local_batch_size,
-                          model_path, catalog_path, placement_group, say=lambda msg: click.echo(msg, err=True),
-                          where=[f" ({configs_csv} line {line})" if line else "" for _, _, line in requests],
-                          type_batches=_read_type_batches(type_batch_texts))
+    results = api.predict([profile_path], [(r.config, r.batch) if r.batch else r.config for r in requests],
+                          local_batch_size, model_path, catalog_path, placement_group,
+                          say=lambda msg: click.echo(msg, err=True),
+                          where=[f" ({configs_csv} line {r.line})" if r.line else "" for r in requests],
+                          type_batches=_parse_type_batches(type_batch_texts, "--type-batch"),
+                          row_type_batches=[r.type_batches for r in requests])
     for w in _grouped_warnings(results):
         _warn(w)
     if not as_json and sys.stdout.isatty():

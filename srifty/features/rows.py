@@ -36,17 +36,30 @@ def common_batch(config: ClusterConfig, batch: RowBatch) -> float | None:
     return batches.pop() if len(batches) == 1 else None
 
 
-def with_type_batches(rows: Sequence[tuple[ClusterConfig, float]], type_batches: Mapping[str, int],
-                      catalog: "Catalog") -> list[tuple[ClusterConfig, RowBatch]]:
-    """``rows`` (resolved) with every group of a type in ``type_batches`` at that per-worker batch."""
-    named = {lookup_instance_type(catalog, t).name: int(b) for t, b in type_batches.items()}
+def with_type_batches(rows: Sequence[tuple[ClusterConfig, RowBatch]], type_batches: Mapping[str, float] | None,
+                      catalog: "Catalog", per_row: Sequence[Mapping[str, float] | None] = (),
+                      where: Sequence[str] = ()) -> list[tuple[ClusterConfig, RowBatch]]:
+    """``rows`` (resolved) with every group of a type in ``type_batches`` at that per-worker batch,
+    and then in row i every group of a type in ``per_row[i]`` at that one (``where[i]``: what an
+    error about row i adds, e.g. " (configs.csv line 3)")."""
+    out = _at_type_batches(rows, type_batches, catalog, "") if type_batches else list(rows)
+    for i, own in enumerate(per_row):
+        if own:
+            out[i] = _at_type_batches([out[i]], own, catalog, where[i] if i < len(where) else "")[0]
+    return out
+
+
+def _at_type_batches(rows: Sequence[tuple[ClusterConfig, RowBatch]], type_batches: Mapping[str, float],
+                     catalog: "Catalog", where: str) -> list[tuple[ClusterConfig, RowBatch]]:
+    named = {lookup_instance_type(catalog, t).name: float(b) for t, b in type_batches.items()}
     held = {g.instance_type for config, _ in rows for g in config.groups}
     if missing := sorted(set(named) - held):
-        raise SriftyError(f"A per-type batch names {', '.join(missing)}, which no configuration asked for holds.",
-                          "Name only the types of the configurations (--type-batch TYPE=BATCH).")
+        raise SriftyError(f"A per-type batch names {', '.join(missing)}, which no configuration asked for holds{where}.",
+                          "Name only the types of the configurations (--type-batch TYPE=BATCH, or a --configs "
+                          "file's batch_split).")
     out: list[tuple[ClusterConfig, RowBatch]] = []
     for config, b in rows:
-        batches = tuple(float(named.get(g.instance_type, b)) for g in config.groups)
+        batches = tuple(named.get(g.instance_type, gb) for g, gb in zip(config.groups, group_batches(config, b)))
         out.append((config, batches[0] if len(set(batches)) == 1 else batches))
     return out
 

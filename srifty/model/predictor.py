@@ -33,10 +33,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from srifty.catalog import Catalog
 
 
+def batch_figure(batch: float) -> float:
+    """A per-worker batch as a prediction reports it: a whole number where it is one, else to 0.01."""
+    return int(batch) if float(batch).is_integer() else round(float(batch), 2)
+
+
 @dataclass
 class Prediction:
     config: str
-    local_batch_size: int
+    local_batch_size: float  # a whole number where it is one, else to 0.01
     iteration_ms: float
     interval_ms: tuple[float, float]
     throughput_samples_per_s: float
@@ -45,7 +50,7 @@ class Prediction:
     parts: dict[str, Any] = field(default_factory=dict)  # PredictionTable.parts: compute, communication, sources
     memory_gib: float | None = None  # one worker's tensor memory (PredictionTable.memory_gib)
     # each instance type's per-worker batch where they differ (``local_batch_size`` is then their mean)
-    batch_split: dict[str, int] | None = None
+    batch_split: dict[str, float] | None = None
 
     def batch_text(self) -> str:
         """The per-worker batch as a reader wants it: one figure, or each type's."""
@@ -182,8 +187,8 @@ class Predictor:
             warnings += [m.note() for m in table.memory_short(i)] + table.memory_tight_notes(i)
             samples = samples_per_step(config, b)
             split = None if common_batch(config, b) is not None else {
-                g.instance_type: int(gb) for g, gb in zip(config.groups, group_batches(config, b))}
-            out.append(Prediction(config.format(), round(samples / config.world_size), it,
+                g.instance_type: batch_figure(gb) for g, gb in zip(config.groups, group_batches(config, b))}
+            out.append(Prediction(config.format(), batch_figure(samples / config.world_size), it,
                                   (float(table.low_ms[i]), float(table.high_ms[i])), samples / (it / 1e3),
                                   str(table.source[i]), warnings, table.parts(i), table.memory_gib(i), split))
         return out
