@@ -371,6 +371,30 @@ class _FakeOracle:
         return out
 
 
+class _FakeMixOracle(_FakeOracle):
+    """_FakeOracle that also predicts a mix as it is: each group's compute at its own batch, the step
+    waiting for the slower, the slower network's overhead at the total node count, and a ring
+    across types slower by 3% a node beyond two (a better type stays better in a mix, which keeps
+    pruning exact when the mixes shown are predicted so)."""
+
+    def predict_mixes(self, rows):
+        import numpy as np
+
+        p_a, p_b = (np.array([tuple(self.types[t]) + (0.0,) * (5 - len(self.types[t])) for t in rows[col]])
+                    for col in ("instance_type", "instance_type_b"))
+        n = rows["nodes"].to_numpy(float) + rows["nodes_b"].to_numpy(float)
+        comp = np.maximum(p_a[:, 4] + rows["local_batch_size"].to_numpy(float) / p_a[:, 0],
+                          p_b[:, 4] + rows["local_batch_size_b"].to_numpy(float) / p_b[:, 0])
+        over = np.maximum(p_a[:, 1] + p_a[:, 2] * np.log2(n), p_b[:, 1] + p_b[:, 2] * np.log2(n))
+        intra = np.maximum(p_a[:, 3] * (rows["workers_per_node"].to_numpy(float) - 1),
+                           p_b[:, 3] * (rows["workers_per_node_b"].to_numpy(float) - 1))
+        it = (comp + over + intra) * (1 + 0.03 * (n - 2))
+        out = rows.copy()
+        out["iteration_ms"], out["interval_low_ms"], out["interval_high_ms"] = it, it * 0.9, it * 1.2
+        out["compute_ms"], out["source"] = comp, "predicted"
+        return out
+
+
 @st.composite
 def small_catalogs(draw):
     """A few types drawn from few distinct figures; about half are variants of an earlier type
@@ -403,7 +427,7 @@ def small_catalogs(draw):
         spot = round(od * spot_f, 4) if spot_f is not None else float("nan")
         rows.append(("r1", name, slots, "G", od, spot, lam))
         max_batch[name] = draw(st.sampled_from([float("inf"), float("inf"), 10.0, 40.0, 100.0]))
-    return _FakeCatalog(rows), _FakeOracle(types, max_batch)
+    return _FakeCatalog(rows), (_FakeMixOracle if draw(st.booleans()) else _FakeOracle)(types, max_batch)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -416,8 +440,10 @@ def small_catalogs(draw):
 def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr, spot, maxint, hetero, gbs, objective,
                                           limits):
     """Pruning dominated offers never changes the answer, with capacity limits too (a limit on one
-    type's nodes, or one shared by two types with unequal weights, as a vCPU quota is), and GPUs
-    that hold only so much of a per-worker batch; no worker of an answer gets more than its GPU holds."""
+    type's nodes, or one shared by two types with unequal weights, as a vCPU quota is), GPUs
+    that hold only so much of a per-worker batch, and the mixes shown predicted as they are by an
+    oracle under which a better type stays better in a mix; no worker of an answer gets more than
+    its GPU holds."""
     from srifty.capacity import CapacityLimit
     from srifty.catalog import Market
 
