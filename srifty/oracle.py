@@ -98,7 +98,7 @@ class ModelOracle:
         extrapolated = {(t, b) for t, b in set(zip(types.tolist(), batches.tolist()))
                         if self.builder.batch_bounds(str(t), b)[1] is not None}
         outside = np.array([(t, b) in extrapolated for t, b in zip(types.tolist(), batches.tolist())], dtype=bool)
-        outside &= ~curve
+        outside &= ~curve & (batches >= 1)  # under one sample a worker: ruled out by the solver, no candidate
         by_source: dict[str, list[str]] = {}  # one note per profiled curve the extrapolations come from
         for t in sorted(set(types[outside])):
             by_source.setdefault(self.builder.profiled_batches(str(t)), []).append(str(t))

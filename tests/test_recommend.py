@@ -434,16 +434,16 @@ def small_catalogs(draw):
 @given(cat_oracle=small_catalogs(), max_nodes=st.integers(1, 5),
        budget=st.one_of(st.none(), st.floats(1.0, 30.0)), minthr=st.one_of(st.none(), st.floats(1.0, 60.0)),
        spot=st.booleans(), maxint=st.one_of(st.none(), st.floats(0.0, 0.5)), hetero=st.booleans(),
-       gbs=st.one_of(st.none(), st.sampled_from([64, 256])),
+       gbs=st.one_of(st.none(), st.sampled_from([5, 64, 256])),
        objective=st.sampled_from([None, *solver.Objective]),
        limits=st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.integers(0, 6), st.booleans()), max_size=2))
 def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr, spot, maxint, hetero, gbs, objective,
                                           limits):
     """Pruning dominated offers never changes the answer, with capacity limits too (a limit on one
     type's nodes, or one shared by two types with unequal weights, as a vCPU quota is), GPUs
-    that hold only so much of a per-worker batch, and the mixes shown predicted as they are by an
-    oracle under which a better type stays better in a mix; no worker of an answer gets more than
-    its GPU holds."""
+    that hold only so much of a per-worker batch, a global batch smaller than the GPUs there can be,
+    and the mixes shown predicted as they are by an oracle under which a better type stays better in
+    a mix; no worker of an answer gets more than its GPU holds, nor less than one sample."""
     from srifty.capacity import CapacityLimit
     from srifty.catalog import Market
 
@@ -475,6 +475,7 @@ def test_pruned_and_unpruned_solves_agree(cat_oracle, max_nodes, budget, minthr,
     assert a.candidates_evaluated <= b.candidates_evaluated
     for r in a.recommendations + a.pareto:
         assert all(batch <= oracle.max_batch[t] * (1 + 1e-9) for t, batch in r.batch_split.items()), r
+        assert not gbs or r.gpus <= gbs, r  # every worker trains on at least one sample
     x, y = a.chosen, b.chosen
     key = lambda r: (r.throughput_samples_per_s, r.usd_per_hour, r.interruptions_per_hour)  # noqa: E731
     assert key(x) == pytest.approx(key(y), rel=1e-12, abs=1e-12), (x.config, y.config)
@@ -511,6 +512,35 @@ def test_a_faster_gpu_on_a_slower_network_does_not_prune_in_mixes():
         if prune:
             pruned_front = fronts
     assert pruned_front == fronts and any("t0.x" in c for c, _ in fronts)
+
+
+def test_a_global_batch_smaller_than_the_gpus_keeps_a_mix_of_fewer_gpus():
+    """t1 and t3 (two GPUs per node) beat t0 (one) everywhere at the same price, but with a global
+    batch of 2 samples their node beside t2 makes three workers, one without a sample: the mix of
+    t0 and t2 (two workers, each with one) is on the front, so t0 must not be pruned; no row shown
+    has more GPUs than samples."""
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 2, "G", 1.0, float("nan"), 0.0),
+                        ("r1", "t2.x", 1, "G", 3.0, float("nan"), 0.0), ("r1", "t3.x", 2, "G", 1.0, float("nan"), 0.0)])
+    oracle = _FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (4.0, 0.0, 0.0, 0.0), "t2.x": (8.0, 0.0, 0.0, 0.0),
+                          "t3.x": (4.0, 0.0, 0.0, 0.0)})
+    fronts = []
+    for prune in (True, False):
+        r = solver.solve(oracle, cat, solver.Constraints(max_nodes=2, global_batch_size=2),
+                         solver.Objective.THROUGHPUT, top=50, pareto_limit=10**6, prune=prune)
+        assert all(x.gpus <= 2 for x in r.recommendations + r.pareto)
+        fronts.append([(p.config, p.throughput_samples_per_s) for p in r.pareto])
+    assert fronts[0] == fronts[1] and any(c == "1xt0.x+1xt2.x" for c, _ in fronts[0]), fronts
+
+
+def test_a_global_batch_too_small_for_the_gpus_a_constraint_needs_is_named():
+    """Only three workers reach the throughput asked for, and a global batch of 2 leaves one of
+    them without a sample: the error names --global-batch-size and the GPUs it must cover."""
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0)])
+    oracle = _FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0)})  # throughput: 2,000 samples/s a worker
+    with pytest.raises(solver.InfeasibleError) as e:
+        solver.solve(oracle, cat, solver.Constraints(max_nodes=3, global_batch_size=2, min_throughput=5000))
+    assert ("--global-batch-size 2 gives every configuration meeting the others a worker without a sample: the "
+            "fewest GPUs among them is 3 (3xt0.x); raise --global-batch-size to 3") in str(e.value)
 
 
 def test_placement_group_reaches_the_predictions_and_the_report() -> None:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 FLAG = {"budget": "--budget", "total_budget": "--total-budget", "min_throughput": "--min-throughput",
         "deadline": "--deadline", "spot": "--no-spot", "max_interruption": "--max-interruption",
-        "capacity": "--available/--quotas", "memory": "--batch-size/--global-batch-size"}
+        "capacity": "--available/--quotas", "memory": "--batch-size/--global-batch-size",
+        "workers": "--global-batch-size"}
 
 
 def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
@@ -90,6 +91,11 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
                          f"${price[j]:.2f}/h but one of its workers cannot hold its per-worker batch; give a "
                          "smaller --batch-size, or a --global-batch-size spread over "
                          "more GPUs, or allow types with larger GPUs")
+        elif k == "workers":
+            j = pick(idx, cat["gpus"], price, -thr)
+            lines.append(f"--global-batch-size {c.global_batch_size} gives every configuration meeting the others "
+                         f"a worker without a sample: the fewest GPUs among them is {int(cat['gpus'][j])} "
+                         f"({config_of(j)}); raise --global-batch-size to {int(cat['gpus'][j])}")
     hint = "Relax one of these (each alone is enough)." if len(lines) > 1 else "Relax it as shown."
     if "spot" not in masks and any(k == "budget" for k, _ in blockers) and not c.spot:
         hint += " Allowing --spot may also help."

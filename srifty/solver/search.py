@@ -83,7 +83,11 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     # global batch, or the reference batch of every worker there can be) stands in for no other
     most_batch = float(c.global_batch_size) if c.global_batch_size else b_ref * N * float(offers.slots.max())
     memory_binds = tab.max_batch < most_batch
-    keep = _prune(offers, tab, mixing, limited=(cap_nodes < N) | memory_binds) if prune else tab.valid.copy()
+    # with a global batch, a configuration of more GPUs than samples is ruled out (every worker trains on
+    # at least one): a dominator with more GPUs per node cannot then stand in for an offer in every mix
+    few_samples = bool(c.global_batch_size) and N * int(offers.slots.max()) > float(c.global_batch_size or 0)
+    keep = (_prune(offers, tab, mixing, limited=(cap_nodes < N) | memory_binds, same_slots=mixing and few_samples)
+            if prune else tab.valid.copy())
     keep_i = np.nonzero(keep)[0]
     pruned = [f"{offers.instance_type[i]} ({offers.market[i].value})" for i in np.nonzero(tab.valid & ~keep)[0]]
     nodes_axis = np.arange(1, N + 1)
@@ -108,11 +112,11 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if sizes else np.zeros(1, np.int64)
     n_cand = int(sum(sizes))
     thr = np.empty(n_cand); raw = np.empty(n_cand); price = np.empty(n_cand); rate = np.empty(n_cand)
-    spot = np.empty(n_cand, bool)
+    spot = np.empty(n_cand, bool); gpus = np.empty(n_cand)
     within = np.ones(n_cand, bool) if len(limits) else None  # inside every capacity limit
     fits = np.ones(n_cand, bool) if memory_binds[keep_i].any() else None  # every worker's batch fits its GPU
     g_thr = grid["throughput"].to_numpy(dtype=float); g_n = grid["nodes"].to_numpy()
-    g_lb = grid["local_batch_size"].to_numpy(dtype=float)
+    g_lb = grid["local_batch_size"].to_numpy(dtype=float); g_w = grid["workers_per_node"].to_numpy()
     is_spot = np.array([m is Market.SPOT for m in offers.market])
 
     if mixing:  # per offer and node split, gathered once (a block then takes whole rows)
@@ -128,6 +132,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             price[sl] = offers.price[i] * n
             rate[sl] = offers.rate[i] * n
             spot[sl] = is_spot[i]
+            gpus[sl] = g_w[idx] * n
             if within is not None:
                 within[sl] = n <= cap_nodes[i]
             if fits is not None:
@@ -153,6 +158,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         np.multiply(offers.price[Bs][:, None], fB, out=r_price); r_price += offers.price[a] * fA
         np.multiply(offers.rate[Bs][:, None], fB, out=r_rate); r_rate += offers.rate[a] * fA
         spot[sl].reshape(shp)[:] = is_spot[Bs][:, None] | is_spot[a]
+        gpus[sl].reshape(shp)[:] = wa * fA + wb * fB
         if within is not None:
             w = within[sl].reshape(shp)
             for g in range(len(limits)):
@@ -162,7 +168,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     with np.errstate(divide="ignore", invalid="ignore"):
         hours = np.where(thr > 0, (c.samples or 0.0) / (thr * 3600.0), np.inf) if c.samples else None
     usd_total = hours * price if hours is not None else None
-    cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot}
+    cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot, "gpus": gpus}
     space = _Space(offers, tab, grid, blocks, starts, b_ref, c.global_batch_size)
 
     masks = _constraint_masks(c, cat, hours, usd_total, within, fits)
@@ -258,6 +264,8 @@ def _constraint_masks(c: Constraints, cat: dict[str, "np.ndarray"], hours: "np.n
         masks["spot"] = ~spot
     if c.max_interruption is not None:
         masks["max_interruption"] = rate <= c.max_interruption + 1e-12
+    if c.global_batch_size:  # every worker trains on at least one sample
+        masks["workers"] = cat["gpus"] <= c.global_batch_size
     if within is not None:
         masks["capacity"] = within
     if fits is not None:

@@ -204,16 +204,21 @@ def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
     return weak & (~weak.T | (idx[:, None] < idx[None, :])) & (idx[:, None] != idx[None, :])
 
 
-def _prune(offers: Offers, tab: _OfferTable, mixing: bool, limited: "np.ndarray | None" = None) -> "np.ndarray":
+def _prune(offers: Offers, tab: _OfferTable, mixing: bool, limited: "np.ndarray | None" = None,
+           same_slots: bool = False) -> "np.ndarray":
     """Keep-mask over offers. An offer is dropped when dominated (see :func:`dominance`) and, if mixes
     are composed, when its dominators can replace it next to any partner: some dominator is of its own
     type (other market), or they span two types (a partner can share the type of at most one). An
-    offer under a capacity limit (``limited``) stands in for no other: it may not have the nodes."""
+    offer under a capacity limit (``limited``) stands in for no other: it may not have the nodes.
+    ``same_slots``: only an offer with as many GPUs per node stands in (a mix of more GPUs may have
+    more than a global batch has samples)."""
     import numpy as np
 
     D = dominance(offers, tab)
     if limited is not None:
         D[limited, :] = False
+    if same_slots:
+        D &= offers.slots[:, None] == offers.slots[None, :]
     types = np.array(offers.instance_type, dtype=object)
     keep = tab.valid.copy()
     for i in np.nonzero(tab.valid)[0]:
