@@ -157,11 +157,14 @@ def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tup
     rows = []
     for i, item in enumerate(configs):
         config, b = item if isinstance(item, tuple) else (item, None)
+        batch = next((x for x in (b, local_batch_size, default_b) if x is not None), 0.0)
         try:
             config = (parse_config(config) if isinstance(config, str) else config).resolved(cat)
+            if not 0 < float(batch) < float("inf"):
+                raise SriftyError(f"A per-worker batch is a number above 0, not {batch!r}.")
         except SriftyError as exc:
             raise SriftyError(f"{exc.message}{where[i] if i < len(where) else ''}", exc.hint) from None
-        rows.append((config, b or local_batch_size or default_b))
+        rows.append((config, batch))
     rows = with_type_batches(rows, type_batches, cat, row_type_batches, where)
     predictor = load_predictor(model_path, lambda msg: say(f"note: {msg}"))
     if predictor is None:

@@ -1308,8 +1308,18 @@ def test_predict_configs_that_cannot_be_read_get_a_clear_error(tmp_path: Path) -
         res = run_srifty("predict", "--profile", str(POLLUX / "imagenet"), "--configs", configs)
         assert res.returncode == 1 and said in res.stderr and "Traceback" not in res.stderr, res.stderr
         assert "unexpectedly" not in res.stderr
-    # a batch_split that is not TYPE=BATCH, or names a type its row does not hold: the line is named
+    # a batch of no samples, or fewer (as a file or through the library), is refused, not read as none given
+    from srifty import api
     from srifty.errors import SriftyError
+
+    for batch in ("0", "-5"):
+        (tmp_path / "batch.csv").write_text(f"config,local_batch_size\n2xg4dn.12xlarge,{batch}\n")
+        res = _predict("--profile", str(POLLUX / "imagenet"), "--configs", str(tmp_path / "batch.csv"))
+        assert res.exit_code == 1 and isinstance(res.exception, SriftyError), res.output
+        assert f"line 2: local_batch_size '{batch}' is not a whole number of 1 to" in str(res.exception)
+    with pytest.raises(SriftyError, match=r"A per-worker batch is a number above 0, not -5\. \(row 1\)"):
+        api.predict([str(POLLUX / "imagenet")], [("2xg4dn.12xlarge", -5)], where=[" (row 1)"])
+    # a batch_split that is not TYPE=BATCH, or names a type its row does not hold: the line is named
 
     for split, said in (("g4dn.12xlarge=0", "line 3: batch_split 'g4dn.12xlarge=0': expected TYPE=BATCH"),
                         ("g4dn.12xlarge:16", "line 3: batch_split 'g4dn.12xlarge:16': expected TYPE=BATCH"),

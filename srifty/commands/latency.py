@@ -162,7 +162,10 @@ def _read_configs_csv(path: str) -> list[_ConfigRequest]:
                 try:
                     batch = int(b) if b else None
                 except ValueError:
-                    raise SriftyError(f"{path} line {i}: local_batch_size {b!r} is not a whole number.") from None
+                    batch = 0
+                if batch is not None and not 1 <= batch <= params.MAX_BATCH:
+                    raise SriftyError(f"{path} line {i}: local_batch_size {b!r} is not a whole number of 1 to "
+                                      f"{params.MAX_BATCH:,}.", "Leave it empty for the profile's batch.")
                 split = _parse_type_batches([rec.get("batch_split") or ""], f"{path} line {i}: batch_split",
                                             whole=False)
                 rows.append(_ConfigRequest((rec["config"] or "").strip(), batch, split, i))
