@@ -61,6 +61,11 @@ class Plan:
         return sum(n.workers for n in self.nodes)
 
     @property
+    def global_batch(self) -> int:
+        """The samples of one step, as the nodes run it: every worker's whole per-worker batch."""
+        return sum(n.workers * n.local_batch_size for n in self.nodes)
+
+    @property
     def homogeneous(self) -> bool:
         first = self.nodes[0]
         return all((n.instance_type, n.workers, n.spot) == (first.instance_type, first.workers, first.spot)
@@ -136,7 +141,9 @@ class Plan:
                    "throughput_samples_per_s"] else "") + " |",
             f"| cost | ${p['usd_per_hour']:.2f}/h, ${p['usd_per_million_samples']:.3f} per million samples |",
             f"| where the figure comes from | {p['source']} |",
-            f"| global batch | {p['global_batch']:g} ({self.world_size} workers) |",
+            f"| global batch | {self.global_batch} ({self.world_size} workers"
+            + (f"; the ranking's {p['global_batch']:g} is not a sum of whole per-worker batches, one per "
+               "instance type" if abs(self.global_batch - p["global_batch"]) > 1e-9 else "") + ") |",
             *(["| GPU memory, one worker | " + ", ".join(f"{gib:.1f} GiB on {t}" for t, gib in p["memory_gib"].items())
                + " of tensor storage (the CUDA context comes on top) |"]
               if p.get("memory_gib") else []),
@@ -198,6 +205,22 @@ def efa_note(types: Sequence[str]) -> str:
             "none, so its run of this plan measures that fallback.")
 
 
+def whole_batches(split: dict[str, tuple[int, float]], global_batch: float) -> dict[str, int]:
+    """Each type's whole per-worker batch (``split``: its workers, its share of the batch), each
+    its share rounded down or up (at least one sample): the choice whose global batch lies nearest
+    ``global_batch``, then nearest the shares (a mix split at 25.7 and 50.8 per worker over 24 and 8
+    workers trains at 26 and 50, 1,024 samples, not at 26 and 51, 1,032)."""
+    import itertools
+    import math
+
+    types = list(split)
+    options = [sorted({max(1, math.floor(b)), max(1, math.ceil(b))}) for _, b in split.values()]
+    best = min(itertools.product(*options),
+               key=lambda bs: (abs(sum(split[t][0] * b for t, b in zip(types, bs)) - global_batch),
+                               sum(abs(b - split[t][1]) for t, b in zip(types, bs))))
+    return dict(zip(types, best))
+
+
 def node_file(node: PlannedNode) -> str:
     return f"node-{node.rank:02d}-{node.instance_type}.sh"
 
@@ -210,14 +233,16 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
         raise SriftyError(f"The profile of {model} does not name its training script, so a plan cannot start it.",
                           "Give a profile recorded by `srifty profile` (imported traces name no script).")
     config: ClusterConfig = parse_config(row.config).resolved(catalog)
+    workers = {g.instance_type: int(g.workers_per_node or catalog.get(g.instance_type).workers_per_node)
+               for g in config.groups}
+    if missing := [t for t in workers if row.batch_split.get(t) is None]:
+        raise SriftyError(f"The ranked row {row.config} has no batch for {missing[0]}.")
+    counts = {g.instance_type: g.count * workers[g.instance_type] for g in config.groups}
+    whole = whole_batches({t: (counts[t], float(row.batch_split[t])) for t in workers}, float(row.global_batch))
     nodes, rank_no = [], 0
     for g in config.groups:
-        workers = g.workers_per_node or catalog.get(g.instance_type).workers_per_node
-        batch = row.batch_split.get(g.instance_type)
-        if batch is None:
-            raise SriftyError(f"The ranked row {row.config} has no batch for {g.instance_type}.")
         for _ in range(g.count):
-            nodes.append(PlannedNode(rank_no, g.instance_type, int(workers), max(1, int(round(batch))), g.spot))
+            nodes.append(PlannedNode(rank_no, g.instance_type, workers[g.instance_type], whole[g.instance_type], g.spot))
             rank_no += 1
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
     return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,

@@ -337,7 +337,7 @@ def test_the_pick_is_srifty_recommends_and_a_split_mix_is_run_as_its_plan(tmp_pa
     assert all(b == 16 for b in rec.batch_split.values())  # (cnn_resnet: one emu.large, at the batch)
     n = len(cands)
     assert evaluator.as_candidate(rec, cands) in cands[:n] and len(cands) == n
-    split_rec = dataclasses.replace(rec, config="1xemu.large+1xemu.medium", mixed=True,
+    split_rec = dataclasses.replace(rec, config="1xemu.large+1xemu.medium", mixed=True, global_batch=32.0,
                                     batch_split={"emu.large": 21.4, "emu.medium": 10.6})
     pick = evaluator.as_candidate(split_rec, cands)
     assert pick is cands[-1] and len(cands) == n + 1 and evaluator.as_candidate(split_rec, cands) is pick

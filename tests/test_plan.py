@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from srifty.catalog import Catalog
+from srifty.configspec import parse_config
 from srifty.plan import make_plan, node_file, write_plan
 from srifty.solver import Recommendation
 
@@ -20,8 +21,11 @@ CNN = PROFILES / "local" / "cnn_resnet.json"
 
 
 def _row(config: str, split: dict[str, float], nodes: int, gpus: int) -> Recommendation:
+    workers = {g.instance_type: g.count * (g.workers_per_node or Catalog.default().get(g.instance_type).workers_per_node)
+               for g in parse_config(config).groups}
     return Recommendation(config=config, market="on-demand", gpus=gpus, nodes=nodes, batch_split=split,
-                          global_batch=sum(split.values()), iteration_ms=100.0, interval_ms=(80.0, 150.0),
+                          global_batch=sum(workers[t] * b for t, b in split.items()), iteration_ms=100.0,
+                          interval_ms=(80.0, 150.0),
                           throughput_samples_per_s=1000.0, raw_throughput_samples_per_s=1000.0, usd_per_hour=3.0,
                           usd_per_million_samples=0.8, interruptions_per_hour=0.0, source="transferred", mixed=False)
 
@@ -90,6 +94,30 @@ def test_a_mix_gets_a_batch_per_type_and_no_skypilot_task(tmp_path: Path) -> Non
     last = (tmp_path / node_file(plan.nodes[2])).read_text()
     assert "SRIFTY_BATCH_SIZE=24" in last and "--nproc-per-node 2" in last and "--lr 0.1" in last
     assert "weight_gradients_by_batch" in (tmp_path / "README.md").read_text()
+
+
+def test_a_plan_s_whole_batches_add_up_to_the_ranking_s_global_batch(tmp_path: Path) -> None:
+    """Each type's share rounded down or up, whichever keeps the global batch: 25.74 and 50.77 per
+    worker over 24 and 8 workers run at 26 and 50 (1,024), not at 26 and 51 (1,032); where no whole
+    batches add up to it, the README says which global batch the nodes run."""
+    from srifty.plan import whole_batches
+
+    assert whole_batches({"a": (24, 25.74), "b": (8, 50.77)}, 1024) == {"a": 26, "b": 50}
+    assert whole_batches({"a": (1, 21.4), "b": (1, 10.6)}, 32) == {"a": 21, "b": 11}
+    assert whole_batches({"a": (8, 0.4), "b": (8, 1.6)}, 16) == {"a": 1, "b": 1}  # never none
+    cat = Catalog.default()
+    mix = make_plan("cnn_resnet", "examples/cnn_resnet.py", [],
+                    _row("3xp3.16xlarge+1xp4d.24xlarge", {"p3.16xlarge": 25.75, "p4d.24xlarge": 50.75}, 4, 32),
+                    1, None, cat)
+    assert [n.local_batch_size for n in mix.nodes] == [26, 26, 26, 50] and mix.global_batch == 1024
+    write_plan(mix, tmp_path / "mix")
+    assert "| global batch | 1024 (32 workers) |" in (tmp_path / "mix" / "README.md").read_text()
+    odd = make_plan("cnn_resnet", "examples/cnn_resnet.py", [], _row("3xg5.xlarge", {"g5.xlarge": 1000 / 3}, 3, 3),
+                    1, None, cat)
+    assert odd.global_batch == 999
+    write_plan(odd, tmp_path / "odd")
+    assert ("| global batch | 999 (3 workers; the ranking's 1000 is not a sum of whole per-worker batches, one per "
+            "instance type) |") in (tmp_path / "odd" / "README.md").read_text()
 
 
 def test_a_plan_across_efa_nodes_says_what_its_network_needs(tmp_path: Path) -> None:
