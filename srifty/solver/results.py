@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from srifty.features import hardware_of
 from srifty.profiling.ec2 import billed_hours
@@ -161,6 +161,33 @@ class MeasurementAdvice:
 def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
     lo_ms, hi_ms = r.interval_ms
     return r.throughput_samples_per_s * r.iteration_ms / hi_ms, r.throughput_samples_per_s * r.iteration_ms / lo_ms
+
+
+def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints) -> str | None:
+    """Where the chosen row (``recs[0]``) meets --min-throughput, --deadline or --total-budget at its
+    figure but not at the slow end of its 5-95% interval, a note saying by how much, and which
+    ranked row shown meets them there too (None where the chosen row does, or none is asked)."""
+    def misses(r: Recommendation) -> list[str]:
+        slow = r.interval_ms[1] / r.iteration_ms if r.iteration_ms > 0 else 1.0  # the step's slow end, over its figure
+        out = []
+        if c.min_throughput is not None and r.throughput_samples_per_s / slow < c.min_throughput - 1e-9:
+            out.append(f"--min-throughput {c.min_throughput:g} ({r.throughput_samples_per_s / slow:,.1f} samples/s)")
+        if c.deadline_hours is not None and r.hours_to_finish is not None \
+                and r.hours_to_finish * slow > c.deadline_hours + 1e-12:
+            out.append(f"--deadline {c.deadline_hours:g} h ({r.hours_to_finish * slow:.2f} h)")
+        if c.total_budget is not None and r.usd_to_finish is not None and r.usd_to_finish * slow > c.total_budget + 1e-9:
+            out.append(f"--total-budget {c.total_budget:g} (${r.usd_to_finish * slow:,.2f})")
+        return out
+
+    chosen = recs[0]
+    missed = misses(chosen)
+    if not missed:
+        return None
+    held = next((r for r in recs[1:] if not misses(r)), None)
+    return (f"{chosen.config} meets the constraints at its figure, not at its interval's slow end "
+            f"({chosen.interval_ms[1]:,.1f} ms an iteration): there it misses {'; '.join(missed)}; "
+            + (f"#{held.rank} {held.config} meets them there too, at ${held.usd_per_hour:,.2f}/h"
+               if held is not None else "no row shown meets them there (a larger --top may show one)"))
 
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:

@@ -47,7 +47,7 @@ from srifty.oracle import ThroughputOracle
 from srifty.solver.constraints import Constraints, Objective, choose_objective
 from srifty.solver.infeasible import explain_infeasible
 from srifty.solver.offers import _goodput_into, _grid, build_offers
-from srifty.solver.results import Recommendation, Result
+from srifty.solver.results import Recommendation, Result, slow_end_note
 from srifty.solver.rows import _config_text, _mix_cap, _mix_split, _pareto, _recommendation, mix_rows
 from srifty.solver.space import _capacity_units, _offer_table, _prune, _Space
 
@@ -233,6 +233,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
+    if (slow := slow_end_note(recs, c)) is not None:
+        notes.insert(0, slow)  # about the answer itself: first
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
     if space.direct:
