@@ -3,7 +3,7 @@
 :func:`_offer_table` gathers what composing needs per offer from the model grid
 (:class:`_OfferTable`); :func:`dominance` and :func:`_prune` drop an offer only when another can
 stand in for it in every candidate (the argument is in docs/recommend.md); :class:`_Space`
-locates a candidate index in the composed blocks. :func:`_capacity_units` and
+locates a candidate index in the composed blocks and a ranked row's rows of the grid. :func:`_capacity_units` and
 :func:`exceeded_limits` count nodes against node and quota limits (srifty.capacity).
 """
 
