@@ -62,7 +62,7 @@ def clean_cluster():
 def test_mixed_hosts_profile(tmp_path: Path, no_orphans) -> None:
     out = tmp_path / "mixed.json"
     res = _srifty("profile", str(EXAMPLES / "mlp_recsys.py"), "--backend", "emulated",
-                  "--spec", FAST_SPEC, "--hosts", "emu.whole:1,emu.half:1", "--max-seconds", "6", "--min-iterations", "8",
+                  "--spec", FAST_SPEC, "--hosts", "emu.whole:1,emu.half:1", "--max-seconds", "3", "--min-iterations", "8",
                   "--batch-size", "64", "--out", str(out))
     assert res.returncode == 0, res.stderr
     doc = profile_mod.load(out).doc
@@ -142,7 +142,7 @@ def test_a_mixed_plan_launches_with_a_batch_per_host_type(tmp_path: Path, no_orp
     plan = make_plan("mlp_recsys", "examples/mlp_recsys.py", [], row, 1, None, cat)
     write_plan(plan, tmp_path)
     assert plan.emulated and not (tmp_path / "sky.yaml").exists()
-    res = _srifty("launch", str(tmp_path), "--backend", "emulated", "--spec", FAST_SPEC, "--max-seconds", "6",
+    res = _srifty("launch", str(tmp_path), "--backend", "emulated", "--spec", FAST_SPEC, "--max-seconds", "3",
                   "--json")
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)

@@ -258,7 +258,7 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
         [sys.executable, "-m", "srifty", "evaluate", str(EXAMPLES / "mlp_recsys.py"), "--batch-size", "64",
          # a whole-core and a half-core type: hosts start sooner than configs/emulated.yaml's
          "--spec", str(ROOT / "tests" / "data" / "emulated-fast.yaml"), "--types", "emu.whole,emu.half",
-         "--max-hosts", "2", "--max-seconds", "4", "--case", "budget=0.7",
+         "--max-hosts", "2", "--max-seconds", "2", "--case", "budget=0.7",
          "--case", "min_throughput=1", "--work-dir", str(work), "--report", str(report), "--json"],
         capture_output=True, text=True, cwd=str(ROOT), timeout=900,
         env={**os.environ, "SRIFTY_PROFILE_CLUSTER": "evtest"},
