@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
 from srifty import simulate
@@ -33,6 +33,21 @@ MOVES_THE_STEP = 0.005
 UNBOUNDED_GBYTES_PER_S = 1e6
 
 
+@dataclass(frozen=True)
+class _ComputePart:
+    """A configuration's workers at their batches as the job's compute alone has them (no link
+    figure changes it): FeatureBuilder.workers less the links."""
+
+    workers_per_node: tuple[int, ...]
+    cycles: tuple[tuple[float, float], ...]
+    transferred: bool
+    notes: tuple[str, ...]
+    loosest: float
+    loose_notes: tuple[str, ...]
+    batch_bounds: tuple[float, float]
+    batch: float
+
+
 class FeatureBuilder(WorkerCompute):
     """Features of (configuration, per-worker batch) rows for one job on one catalog."""
 
@@ -40,6 +55,9 @@ class FeatureBuilder(WorkerCompute):
                  step_model: GpuStepModel | None = None) -> None:
         super().__init__(job, catalog, link_scale, step_model)
         self._estimates: dict[tuple[str, tuple[float, ...]], RowEstimate] = {}
+        # per (configuration, each group's batch): what workers() reads of the compute alone, shared
+        # with every builder of other link figures (with_link_scale)
+        self._computes: dict[tuple[ClusterConfig, tuple[float, ...]], _ComputePart] = {}
         self._buckets: tuple[list[float], Sequence[float] | None] | None = None
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
@@ -58,31 +76,12 @@ class FeatureBuilder(WorkerCompute):
     def workers(self, config: ClusterConfig, local_batch_size: RowBatch) -> WorkerLayout:
         """``config``'s workers at ``local_batch_size`` each (or each group's own), and the links
         their ring runs on."""
-        wpn_all: list[int] = []
-        cycles, transferred, notes = [], False, []
-        hws = []
-        loosest, loose_notes = 0.0, []
-        reach: list[tuple[float, float]] = []  # each group's least and most compute at its batch
         batches = group_batches(config, local_batch_size)
-        for g, b in zip(config.groups, batches):
-            hw = self.hardware(g.instance_type)
-            hws.append(hw)
-            wpn = g.workers_per_node or hw.slots
-            wpn_all.extend([wpn] * g.count)
-            ci = self.rel_ci(g.instance_type)
-            if ci is not None and ci > LOOSE_PROFILE_CI:
-                loosest = max(loosest, ci)
-                note = loose_profile_note(self.job.model, g.instance_type, ci)
-                if note not in notes:
-                    notes.append(note)
-                    loose_notes.append(note)
-            c, t, note, post, (low, high), batch_note = self.worker(g.instance_type, b)
-            cycles.append((c + post, c))
-            transferred |= t
-            reach.append((c * low, c * high))
-            for n in (note, batch_note):
-                if n and n not in notes:
-                    notes.append(n)
+        key = (config, batches)
+        if (part := self._computes.get(key)) is None:  # what the links never change: once per row
+            part = self._computes[key] = self._compute_part(config, batches)
+        hws = [self.hardware(g.instance_type) for g in config.groups]
+        wpn_all, cycles, notes = part.workers_per_node, part.cycles, list(part.notes)
         inter = Link(min(h.inter.gbytes_per_s for h in hws), max(h.inter.latency_us for h in hws))
         if len(wpn_all) == 1:  # one node: its ring never leaves it
             intra = self.node_intra(config.groups[0].instance_type)
@@ -105,15 +104,40 @@ class FeatureBuilder(WorkerCompute):
             # CPU workers send from host memory: with one worker per host no intra-host hop is on
             # the ring's path (on a GPU node the PCIe hop between GPU and NIC is)
             intra = inter
+        return WorkerLayout(hws, list(wpn_all), list(cycles), part.transferred, notes, part.loosest,
+                            list(part.loose_notes), part.batch_bounds, intra, inter, emulated, part.batch)
+
+    def _compute_part(self, config: ClusterConfig, batches: tuple[float, ...]) -> "_ComputePart":
+        """What :meth:`workers` reads of the job's compute alone, which no link figure changes."""
+        wpn_all: list[int] = []
+        cycles, transferred, notes = [], False, []
+        loosest, loose_notes = 0.0, []
+        reach: list[tuple[float, float]] = []  # each group's least and most compute at its batch
+        for g, b in zip(config.groups, batches):
+            wpn_all.extend([g.workers_per_node or self.hardware(g.instance_type).slots] * g.count)
+            ci = self.rel_ci(g.instance_type)
+            if ci is not None and ci > LOOSE_PROFILE_CI:
+                loosest = max(loosest, ci)
+                note = loose_profile_note(self.job.model, g.instance_type, ci)
+                if note not in notes:
+                    notes.append(note)
+                    loose_notes.append(note)
+            c, t, note, post, (low, high), batch_note = self.worker(g.instance_type, b)
+            cycles.append((c + post, c))
+            transferred |= t
+            reach.append((c * low, c * high))
+            for n in (note, batch_note):
+                if n and n not in notes:
+                    notes.append(n)
         # the step waits for the slowest worker: its compute lies between the most of the groups' least
         # computes and the most of their most, over the slowest one's estimate
         slowest_ms = max(c for _, c in cycles)
-        batch_low, batch_high = ((min(max(lo for lo, _ in reach) / slowest_ms, 1.0),
-                                  max(max(hi for _, hi in reach) / slowest_ms, 1.0)) if slowest_ms > 0 else (1.0, 1.0))
+        bounds = ((min(max(lo for lo, _ in reach) / slowest_ms, 1.0), max(max(hi for _, hi in reach) / slowest_ms, 1.0))
+                  if slowest_ms > 0 else (1.0, 1.0))
         # the slowest worker that trains on some of the batch (a mix's split may leave a type none)
         slowest = max([i for i, b in enumerate(batches) if b > 0] or range(len(cycles)), key=lambda i: cycles[i])
-        return WorkerLayout(hws, wpn_all, cycles, transferred, notes, loosest, loose_notes,
-                            (batch_low, batch_high), intra, inter, emulated, batches[slowest])
+        return _ComputePart(tuple(wpn_all), tuple(cycles), transferred, tuple(notes), loosest, tuple(loose_notes),
+                            bounds, batches[slowest])
 
     def ring_intra_gbytes_per_s(self, group: NodeGroup, hw: Hardware) -> float:
         """GB/s of ``group``'s intra-node hops in a ring across nodes: its type's figure there
