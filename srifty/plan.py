@@ -10,7 +10,9 @@ the job measures once it runs, and ``plan.json`` holds the same for scripts.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -210,9 +212,6 @@ def whole_batches(split: dict[str, tuple[int, float]], global_batch: float) -> d
     its share rounded down or up (at least one sample): the choice whose global batch lies nearest
     ``global_batch``, then nearest the shares (a mix split at 25.7 and 50.8 per worker over 24 and 8
     workers trains at 26 and 50, 1,024 samples, not at 26 and 51, 1,032)."""
-    import itertools
-    import math
-
     types = list(split)
     options = [sorted({max(1, math.floor(b)), max(1, math.ceil(b))}) for _, b in split.values()]
     best = min(itertools.product(*options),

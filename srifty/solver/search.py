@@ -112,7 +112,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if sizes else np.zeros(1, np.int64)
     n_cand = int(sum(sizes))
     thr = np.empty(n_cand); raw = np.empty(n_cand); price = np.empty(n_cand); rate = np.empty(n_cand)
-    spot = np.empty(n_cand, bool); gpus = np.empty(n_cand)
+    spot = np.empty(n_cand, bool)
+    gpus = np.empty(n_cand) if c.global_batch_size else None  # GPUs per candidate: the 'workers' mask
     within = np.ones(n_cand, bool) if len(limits) else None  # inside every capacity limit
     fits = np.ones(n_cand, bool) if memory_binds[keep_i].any() else None  # every worker's batch fits its GPU
     g_thr = grid["throughput"].to_numpy(dtype=float); g_n = grid["nodes"].to_numpy()
@@ -132,7 +133,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
             price[sl] = offers.price[i] * n
             rate[sl] = offers.rate[i] * n
             spot[sl] = is_spot[i]
-            gpus[sl] = g_w[idx] * n
+            if gpus is not None:
+                gpus[sl] = g_w[idx] * n
             if within is not None:
                 within[sl] = n <= cap_nodes[i]
             if fits is not None:
@@ -158,7 +160,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         np.multiply(offers.price[Bs][:, None], fB, out=r_price); r_price += offers.price[a] * fA
         np.multiply(offers.rate[Bs][:, None], fB, out=r_rate); r_rate += offers.rate[a] * fA
         spot[sl].reshape(shp)[:] = is_spot[Bs][:, None] | is_spot[a]
-        gpus[sl].reshape(shp)[:] = wa * fA + wb * fB
+        if gpus is not None:
+            gpus[sl].reshape(shp)[:] = wa * fA + wb * fB
         if within is not None:
             w = within[sl].reshape(shp)
             for g in range(len(limits)):
@@ -168,7 +171,9 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     with np.errstate(divide="ignore", invalid="ignore"):
         hours = np.where(thr > 0, (c.samples or 0.0) / (thr * 3600.0), np.inf) if c.samples else None
     usd_total = hours * price if hours is not None else None
-    cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot, "gpus": gpus}
+    cat = {"thr": thr, "raw": raw, "price": price, "rate": rate, "spot": spot}
+    if gpus is not None:
+        cat["gpus"] = gpus
     space = _Space(offers, tab, grid, blocks, starts, b_ref, c.global_batch_size)
 
     masks = _constraint_masks(c, cat, hours, usd_total, within, fits)
