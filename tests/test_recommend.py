@@ -357,10 +357,16 @@ class _FakeOracle:
     def default_local_batch(self):
         return 32
 
+    def figures(self, names):
+        """(speed, alpha, beta, gamma, fixed compute ms) of each type named, one row each."""
+        import numpy as np
+
+        return np.array([tuple(self.types[t]) + (0.0,) * (5 - len(self.types[t])) for t in names])
+
     def predict_rows(self, rows):
         import numpy as np
 
-        p = np.array([tuple(self.types[t]) + (0.0,) * (5 - len(self.types[t])) for t in rows["instance_type"]])
+        p = self.figures(rows["instance_type"])
         n, w = rows["nodes"].to_numpy(float), rows["workers_per_node"].to_numpy(float)
         comp = p[:, 4] + rows["local_batch_size"].to_numpy(float) / p[:, 0]
         it = comp + np.where(n > 1, p[:, 1] + p[:, 2] * np.log2(n), 0.0) + p[:, 3] * (w - 1)
@@ -380,8 +386,7 @@ class _FakeMixOracle(_FakeOracle):
     def predict_mixes(self, rows):
         import numpy as np
 
-        p_a, p_b = (np.array([tuple(self.types[t]) + (0.0,) * (5 - len(self.types[t])) for t in rows[col]])
-                    for col in ("instance_type", "instance_type_b"))
+        p_a, p_b = self.figures(rows["instance_type"]), self.figures(rows["instance_type_b"])
         n = rows["nodes"].to_numpy(float) + rows["nodes_b"].to_numpy(float)
         comp = np.maximum(p_a[:, 4] + rows["local_batch_size"].to_numpy(float) / p_a[:, 0],
                           p_b[:, 4] + rows["local_batch_size_b"].to_numpy(float) / p_b[:, 0])
