@@ -34,6 +34,15 @@ def emulated_with_model() -> tuple:
     return cat, oracle.ModelOracle(job, mcat, oracle.load_predictor(None, lambda msg: None))
 
 
+@lru_cache(maxsize=1)
+def emulated_mixes_solved() -> tuple:
+    """emulated_with_model()'s oracle, and its solve of a $5/h budget at a global batch of 96 on
+    up to 5 nodes (the first 40 rows): mixes among them, some at batches never profiled."""
+    cat, model = emulated_with_model()
+    return model, solver.solve(model, cat, solver.Constraints(budget_per_hour=5.0, global_batch_size=96, max_nodes=5),
+                               top=40)
+
+
 def run(**kw):
     cat, oracle = emulated()
     kw.setdefault("max_nodes", 6)
@@ -181,8 +190,7 @@ def test_a_mix_whose_split_leaves_the_profiled_batches_takes_in_their_bounds():
     """A mix shown is predicted as it is: each type at its share of the batch. Where a share leaves
     the batches its type was profiled at, the step waits for the slowest worker, whose compute lies
     within the types' compute bounds there (ComputeCurve.bounds): the interval takes them in."""
-    cat, model = emulated_with_model()
-    r = solver.solve(model, cat, solver.Constraints(budget_per_hour=5.0, global_batch_size=96, max_nodes=5), top=40)
+    model, r = emulated_mixes_solved()
     checked = 0
     for x in (x for x in r.recommendations if x.mixed):
         workers = {t: model.builder.worker(t, b) for t, b in x.batch_split.items()}
@@ -209,8 +217,7 @@ def test_a_mix_shown_has_the_figures_predict_gives_it_at_its_split():
     --type-batch` gives it (unless the sum of its parts caps it)."""
     from srifty.configspec import parse_config
 
-    cat, model = emulated_with_model()
-    r = solver.solve(model, cat, solver.Constraints(budget_per_hour=5.0, global_batch_size=96, max_nodes=5), top=40)
+    model, r = emulated_mixes_solved()
     mixes = [x for x in r.recommendations + r.pareto if x.mixed]
     assert mixes and any("predicted as they are" in n for n in r.notes)
     rows = []
