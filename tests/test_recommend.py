@@ -173,12 +173,13 @@ def test_a_mix_of_launch_bound_gpus_is_split_on_their_compute_curves():
     for r in mixes:
         split = list(r.batch_split.items())
         one_node = model.predict_rows(pd.DataFrame({"instance_type": [t for t, _ in split], "workers_per_node": 8,
-                                                    "nodes": 1, "local_batch_size": [max(b, 1.0) for _, b in split]}))
+                                                    "nodes": 1, "local_batch_size": [b for _, b in split]}))
         alone = dict(zip([t for t, _ in split], one_node["compute_ms"]))
-        if min(b for _, b in split) >= 1:  # each type's compute at its share is the mix's compute
+        assert max(alone.values()) == pytest.approx(r.parts["compute_ms"], rel=0.02), r.config
+        if min(b for _, b in split) > 1:  # each type's compute at its share is the mix's compute
             assert list(alone.values()) == pytest.approx([r.parts["compute_ms"]] * 2, rel=0.02), r.config
-        else:  # one type is slower at any batch than the other at all of it: the mix waits for its step
-            assert max(alone.values()) == pytest.approx(r.parts["compute_ms"], rel=0.02), r.config
+        else:  # one type is slower at one sample than the other at the rest: the mix waits for its step
+            assert min(b for _, b in split) == 1.0
         assert r.parts["compute_ms"] > 7.0  # no less than the H200 itself takes at the least batch profiled
         assert sum(8 * parse_config(r.config).groups[i].count * split[i][1] for i in range(2)) == pytest.approx(1024)
     best_mix = max(r.raw_throughput_samples_per_s for r in mixes)
@@ -527,21 +528,35 @@ def test_a_faster_gpu_on_a_slower_network_does_not_prune_in_mixes():
 
 
 def test_a_global_batch_smaller_than_the_gpus_keeps_a_mix_of_fewer_gpus():
-    """t1 and t3 (two GPUs per node) beat t0 (one) everywhere at the same price, but with a global
-    batch of 2 samples their node beside t2 makes three workers, one without a sample: the mix of
-    t0 and t2 (two workers, each with one) is on the front, so t0 must not be pruned; no row shown
-    has more GPUs than samples."""
+    """t1 and t2 (two GPUs per node) match t0 (one) everywhere at the same price, but a global batch of
+    7 samples has a worker for each of seven GPUs only: t0's node beside three of t1's (28,000
+    samples/s, one sample a worker in 0.25 ms) is on the front, and four of t1's make eight
+    workers, one without a sample, so t0 must not be pruned; no row shown has more GPUs than samples."""
     cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 2, "G", 1.0, float("nan"), 0.0),
-                        ("r1", "t2.x", 1, "G", 3.0, float("nan"), 0.0), ("r1", "t3.x", 2, "G", 1.0, float("nan"), 0.0)])
-    oracle = _FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (4.0, 0.0, 0.0, 0.0), "t2.x": (8.0, 0.0, 0.0, 0.0),
-                          "t3.x": (4.0, 0.0, 0.0, 0.0)})
+                        ("r1", "t2.x", 2, "G", 1.0, float("nan"), 0.0)])
+    oracle = _FakeOracle({t: (4.0, 0.0, 0.0, 0.0) for t in ("t0.x", "t1.x", "t2.x")})
     fronts = []
     for prune in (True, False):
-        r = solver.solve(oracle, cat, solver.Constraints(max_nodes=2, global_batch_size=2),
+        r = solver.solve(oracle, cat, solver.Constraints(max_nodes=4, global_batch_size=7),
                          solver.Objective.THROUGHPUT, top=50, pareto_limit=10**6, prune=prune)
-        assert all(x.gpus <= 2 for x in r.recommendations + r.pareto)
-        fronts.append([(p.config, p.throughput_samples_per_s) for p in r.pareto])
-    assert fronts[0] == fronts[1] and any(c == "1xt0.x+1xt2.x" for c, _ in fronts[0]), fronts
+        assert all(x.gpus <= 7 for x in r.recommendations + r.pareto)
+        fronts.append([(p.config, round(p.throughput_samples_per_s)) for p in r.pareto])
+    assert fronts[0] == fronts[1] and ("1xt0.x+3xt1.x", 28000) in fronts[0], fronts
+
+
+def test_a_mix_gives_every_worker_at_least_one_sample():
+    """t1 computes 0.5 samples a millisecond, t0 100: the split at which both take the same time
+    gives t1's worker 0.32 of a global batch of 64. It trains on one sample (2 ms) and t0's on the
+    other 63 (0.63 ms): the mix steps in 2 ms of compute and 1 ms of overhead, not 0.64 and 1."""
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 1.0, float("nan"), 0.0)])
+    oracle = _FakeOracle({"t0.x": (100.0, 1.0, 0.0, 0.0), "t1.x": (0.5, 1.0, 0.0, 0.0)})
+    r = solver.solve(oracle, cat, solver.Constraints(max_nodes=2, global_batch_size=64), solver.Objective.THROUGHPUT,
+                     top=50)
+    (mix,) = [x for x in r.recommendations if x.config == "1xt0.x+1xt1.x"]
+    assert mix.batch_split == pytest.approx({"t0.x": 63.0, "t1.x": 1.0})
+    assert mix.parts["compute_ms"] == pytest.approx(2.0, rel=1e-3)
+    assert mix.raw_throughput_samples_per_s == pytest.approx(64 / 3.0 * 1e3, rel=1e-3)
+    assert all(min(x.batch_split.values()) >= 1 for x in r.recommendations)
 
 
 def test_a_global_batch_too_small_for_the_gpus_a_constraint_needs_is_named():

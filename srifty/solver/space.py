@@ -30,13 +30,14 @@ class MixCurves:
     predicted, made non-decreasing in the batch, as ComputeCurve.bounds has it), linear between
     grid times, proportional beyond its largest batch. Below its smallest batch the curve follows
     its first segment's line down to no batch at all (as ComputeCurve.at does, within its bounds):
-    a step bound by kernel launches takes about as long at any batch, and no worker of the type
-    steps in less (``floor_ms``). A mix's two types run at the one compute time at which their
-    workers' batches add up to the global batch, and no faster than either's floor (:meth:`equalised`)."""
+    a step bound by kernel launches takes about as long at any batch. A mix's two types run at the
+    one compute time at which their workers' batches add up to the global batch, and no faster than
+    either type's worker takes for one sample (``one_ms``): every worker trains on at least one
+    (:meth:`equalised`)."""
 
     times_ms: "np.ndarray"  # M, increasing
     batch: "np.ndarray"  # offers × M: per-worker batch computed in each time
-    floor_ms: "np.ndarray"  # offers: the compute time of no batch at all
+    one_ms: "np.ndarray"  # offers: the compute time in which one worker computes one sample
 
     @classmethod
     def from_points(cls, points: Sequence[tuple["np.ndarray", "np.ndarray"] | None], size: int = 256) -> "MixCurves":
@@ -57,16 +58,24 @@ class MixCurves:
         lo = min((float(t[1]) for _, t in known), default=1.0) / 4.0
         hi = max((float(t[-1]) for _, t in known), default=1.0) * 4.0
         times = np.geomspace(max(lo, 1e-9), max(hi, 2 * lo, 1e-6), size)
-        batch, floor = np.zeros((len(curves), size)), np.zeros(len(curves))
+        batch, one = np.zeros((len(curves), size)), np.zeros(len(curves))
         for i, c in enumerate(curves):
             if c is None:
                 continue
             b, t = c
-            floor[i] = t[0]
             # strictly increasing times for the inverse (a flat stretch: its largest batch wins)
             t = t + np.arange(len(t)) * 1e-12 * float(t[-1])
             batch[i] = np.where(times > t[-1], b[-1] * times / t[-1], np.interp(times, t, b, left=0.0))
-        return cls(times, batch, floor)
+            # one sample on the grid's line (proportional beyond its last time, as ``equalised`` reads it)
+            reach = np.flatnonzero(batch[i] >= 1.0)
+            if not len(reach):
+                one[i] = times[-1] / batch[i][-1]
+            elif reach[0] == 0:
+                one[i] = times[0] / batch[i][0]
+            else:
+                k = reach[0]
+                one[i] = times[k - 1] + (1.0 - batch[i][k - 1]) / (batch[i][k] - batch[i][k - 1]) * (times[k] - times[k - 1])
+        return cls(times, batch, one)
 
     def node_batch(self, slots: "np.ndarray") -> "np.ndarray":
         """offers × M: one full node's batch at each compute time."""
@@ -77,8 +86,9 @@ class MixCurves:
                   ) -> tuple["np.ndarray", "np.ndarray | None", "np.ndarray | None"]:
         """(compute ms, per-worker batch on a, on B): ``workers_a`` workers of offer ``a`` beside
         ``workers_b`` of each offer of ``Bs`` (arrays of shape (len(Bs), splits)), at the one
-        compute time where their batches add up to ``global_batch``, or the floor of the slower to
-        start, whose workers then get (almost) none of the batch. ``batches`` False: the time alone."""
+        compute time where their batches add up to ``global_batch``, or, where one type's workers
+        would hold less than one sample each there, the time its worker takes for one: they train
+        on one sample each and the other type on the rest. ``batches`` False: the time alone."""
         import numpy as np
 
         Bs = np.asarray(Bs)
@@ -107,16 +117,23 @@ class MixCurves:
         with np.errstate(divide="ignore", invalid="ignore"):
             w = np.where(beyond, 1.0, np.clip((global_batch - g0) / (g1 - g0), 0.0, 1.0))
             t = np.where(beyond, t1 * global_batch / g1, t0 + w * (t1 - t0))
-            floored = np.maximum(t, np.maximum(self.floor_ms[a], self.floor_ms[Bs][:, None]))
+            one_a, one_b = self.one_ms[a], self.one_ms[Bs][:, None]
+            step_ms = np.maximum(t, np.maximum(one_a, one_b))
             if not batches:
-                return floored, None, None
+                return step_ms, None, None
             scale = np.where(beyond, global_batch / g1, 1.0)
 
         def at(x1: "np.ndarray", x0: "np.ndarray") -> "np.ndarray":
             x0 = np.where(first, 0.0, x0)
             return (x0 + w * (x1 - x0)) * scale
 
-        return floored, at(ba.take(m), ba.take(prev)), at(bb.take(base + m), bb.take(base + prev))
+        batch_a, batch_b = at(ba.take(m), ba.take(prev)), at(bb.take(base + m), bb.take(base + prev))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            short_a, short_b = t < one_a, (t < one_b) & (t >= one_a)  # a type at one sample a worker
+            rest_b, rest_a = (global_batch - workers_a) / workers_b, (global_batch - workers_b) / workers_a
+        batch_a = np.where(short_a, 1.0, np.where(short_b, rest_a, batch_a))
+        batch_b = np.where(short_b, 1.0, np.where(short_a, rest_b, batch_b))
+        return step_ms, batch_a, batch_b
 
 
 @dataclass
@@ -190,7 +207,7 @@ def dominance(offers: Offers, tab: _OfferTable) -> "np.ndarray":
             & (offers.price[:, None] <= offers.price[None, :]) & (offers.rate[:, None] <= offers.rate[None, :])
             & (spot[:, None] <= spot[None, :]) & (offers.slots[:, None] >= offers.slots[None, :])
             & (node_batch[:, None, :] >= node_batch[None, :, :]).all(axis=2)
-            & (tab.curves.floor_ms[:, None] <= tab.curves.floor_ms[None, :])
+            & (tab.curves.one_ms[:, None] <= tab.curves.one_ms[None, :])
             & (tab.cap[:, None, :] >= tab.cap[None, :, :]).all(axis=2)
             & (tab.over[:, None, :] <= tab.over[None, :, :]).all(axis=2))
     cand = np.nonzero(weak)
