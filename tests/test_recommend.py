@@ -574,7 +574,7 @@ def test_a_choice_that_meets_the_constraints_only_at_its_figure_says_so():
     """t0 reaches 2,000 samples/s, t1 4,000 at three times the price; each row's interval reaches
     1.2 times its step (_FakeOracle). Asked for 1,800 samples/s (or to finish 1M samples in 0.15 h),
     t0 is chosen, and a note says that at its interval's slow end it misses that, and that t1 meets
-    it there too; asked for 1,500 (0.2 h), t0 meets it even there, and nothing is said."""
+    it there too (shown or not); asked for 1,500 (0.2 h), t0 meets it even there, and nothing is said."""
     cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 3.0, float("nan"), 0.0)])
     oracle = _FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (4.0, 0.0, 0.0, 0.0)})
     for kw, missed in (({"min_throughput": 1800.0}, "--min-throughput 1800 (1,666.7 samples/s)"),
@@ -586,6 +586,12 @@ def test_a_choice_that_meets_the_constraints_only_at_its_figure_says_so():
     for kw in ({"min_throughput": 1500.0}, {"samples": 1e6, "deadline_hours": 0.2}):
         r = solver.solve(oracle, cat, solver.Constraints(max_nodes=1, **kw), top=5)
         assert r.chosen.config == "1xt0.x" and not any("slow end" in n for n in r.notes)
+    # t1 not shown: the note looks on down the ranking; asked for 3,500 samples/s, t1 alone meets it
+    r = solver.solve(oracle, cat, solver.Constraints(max_nodes=1, min_throughput=1800.0), top=1)
+    assert r.notes[0].endswith("#2 1xt1.x meets them there too, at $3.00/h (--top 2 shows it)")
+    r = solver.solve(oracle, cat, solver.Constraints(max_nodes=1, min_throughput=3500.0), top=5)
+    assert r.notes[0].endswith("there it misses --min-throughput 3500 (3,333.3 samples/s); no other configuration "
+                               "meets them there")
 
 
 def test_placement_group_reaches_the_predictions_and_the_report() -> None:

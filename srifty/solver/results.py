@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from srifty.features import hardware_of
 from srifty.profiling.ec2 import billed_hours
@@ -163,10 +163,13 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
     return r.throughput_samples_per_s * r.iteration_ms / hi_ms, r.throughput_samples_per_s * r.iteration_ms / lo_ms
 
 
-def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints) -> str | None:
+def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints,
+                  further: "Callable[[], Iterable[Recommendation]] | None" = None, feasible: int = 0) -> str | None:
     """Where the chosen row (``recs[0]``) meets --min-throughput, --deadline or --total-budget at its
-    figure but not at the slow end of its 5-95% interval, a note saying by how much, and which
-    ranked row shown meets them there too (None where the chosen row does, or none is asked)."""
+    figure but not at the slow end of its 5-95% interval, a note saying by how much, and the first
+    ranked row that meets them there too: among those shown, else among ``further()``, the ranked
+    rows after them in order, of ``feasible`` in all (None where the chosen row meets them there,
+    or none is asked)."""
     def misses(r: Recommendation) -> list[str]:
         slow = r.interval_ms[1] / r.iteration_ms if r.iteration_ms > 0 else 1.0  # the step's slow end, over its figure
         out = []
@@ -184,10 +187,19 @@ def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints) -> str | Non
     if not missed:
         return None
     held = next((r for r in recs[1:] if not misses(r)), None)
+    looked = len(recs)
+    if held is None and further is not None:
+        for r in further():
+            looked = r.rank
+            if not misses(r):
+                held = r
+                break
+    where = (f"#{held.rank} {held.config} meets them there too, at ${held.usd_per_hour:,.2f}/h"
+             + (f" (--top {held.rank} shows it)" if held.rank > len(recs) else "") if held is not None
+             else "no other configuration meets them there" if looked >= feasible
+             else f"none of the first {looked:,} ranked meets them there")
     return (f"{chosen.config} meets the constraints at its figure, not at its interval's slow end "
-            f"({chosen.interval_ms[1]:,.1f} ms an iteration): there it misses {'; '.join(missed)}; "
-            + (f"#{held.rank} {held.config} meets them there too, at ${held.usd_per_hour:,.2f}/h"
-               if held is not None else "no row shown meets them there (a larger --top may show one)"))
+            f"({chosen.interval_ms[1]:,.1f} ms an iteration): there it misses {'; '.join(missed)}; {where}")
 
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:

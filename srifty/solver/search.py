@@ -38,7 +38,7 @@ the module of srifty.solver that holds each step:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
@@ -225,6 +225,13 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     def rec(j: int) -> Recommendation:
         return _recommendation(int(j), space, cat, hours, usd_total)
 
+    def further() -> Iterator[Recommendation]:  # the ranked rows after those shown, in order
+        after = _leaders(obj, cat, usd_total, feasible_idx, SLOW_END_SEARCH)[len(recs):]
+        for k, j in enumerate(after, start=len(recs) + 1):
+            r = rec(j)
+            r.rank = k
+            yield r
+
     recs = [rec(j) for j in ranked]
     for k, r in enumerate(recs):
         r.rank = k + 1
@@ -238,7 +245,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
-    if (slow := slow_end_note(recs, c)) is not None:
+    if (slow := slow_end_note(recs, c, further, len(feasible_idx))) is not None:
         notes.insert(0, slow)  # about the answer itself: first
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
@@ -251,6 +258,8 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
 
 # rounds of predicting the mixes shown as they are: each may bring new mixes into the rows shown
 MIX_ROUNDS = 30
+# ranked rows a note looks through for one that meets the constraints at its interval's slow end
+SLOW_END_SEARCH = 500
 
 
 def _constraint_masks(c: Constraints, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
@@ -291,9 +300,21 @@ def _all_of(masks: dict[str, "np.ndarray"]) -> "np.ndarray":
 
 def _rank(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None", feasible_idx: "np.ndarray",
           top: int, pareto_limit: int) -> tuple["np.ndarray", "np.ndarray"]:
-    """The first ``top`` feasible candidates by the objective (a partial sort picks the leaders, a
-    full sort orders only them), and the Pareto front of throughput vs $/h (at most ``pareto_limit``
-    of its points, evenly spread)."""
+    """The first ``top`` feasible candidates by the objective (:func:`_leaders`), and the Pareto
+    front of throughput vs $/h (at most ``pareto_limit`` of its points, evenly spread)."""
+    import numpy as np
+
+    front = feasible_idx[_pareto(cat["thr"][feasible_idx], cat["price"][feasible_idx])]
+    if len(front) > pareto_limit:
+        pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
+        front = front[pick]
+    return _leaders(obj, cat, usd_total, feasible_idx, top), front
+
+
+def _leaders(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
+             feasible_idx: "np.ndarray", top: int) -> "np.ndarray":
+    """The first ``top`` feasible candidates by the objective, in order (a partial sort picks them,
+    a full sort orders only them; ties in the objective by the other figure, then by index)."""
     import numpy as np
 
     fthr, fprice = cat["thr"][feasible_idx], cat["price"][feasible_idx]
@@ -308,9 +329,4 @@ def _rank(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray |
         lead = np.flatnonzero(primary <= kth)
     else:
         lead = np.arange(len(primary))
-    ranked = feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
-    front = feasible_idx[_pareto(fthr, fprice)]
-    if len(front) > pareto_limit:
-        pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
-        front = front[pick]
-    return ranked, front
+    return feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
