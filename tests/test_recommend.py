@@ -594,6 +594,29 @@ def test_a_choice_that_meets_the_constraints_only_at_its_figure_says_so():
                                "meets them there")
 
 
+def test_a_row_within_one_percent_on_the_objective_and_better_on_the_other_figure_is_named():
+    """Throughput: t1 reaches 0.5% more samples/s than t0 at three times the price, so t1 ranks
+    first and t0 is named (ranked second, past the one row shown). Cost: t1 at $2.01/h finishes
+    the job for 0.5% more than t0 at $1/h ($5.02 against $5.00), twice as fast: t0 is chosen and t1 named. Neither is
+    said where the other row is 25% faster."""
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 3.0, float("nan"), 0.0)])
+    r = solver.solve(_FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (2.01, 0.0, 0.0, 0.0)}), cat,
+                     solver.Constraints(max_nodes=1), solver.Objective.THROUGHPUT, top=1)
+    assert r.chosen.config == "1xt1.x"
+    assert r.notes[0] == ("#2 1xt0.x (--top 2 shows it) comes within 1% of the chosen row's throughput (2,000.0 "
+                          "samples/s against 2,010.0) at $1.00/h against $3.00/h; a difference under 1% is less than a "
+                          "measurement tells apart")
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 2.01, float("nan"), 0.0)])
+    r = solver.solve(_FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (4.0, 0.0, 0.0, 0.0)}), cat,
+                     solver.Constraints(max_nodes=1, samples=3.6e7), solver.Objective.COST, top=5)
+    assert r.chosen.config == "1xt0.x"
+    assert r.notes[0].startswith("#2 1xt1.x comes within 1% of the chosen row's cost ($5.02 to finish against $5.00) "
+                                 "and runs 2.00x as fast (4,000.0 samples/s)")
+    r = solver.solve(_FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (2.5, 0.0, 0.0, 0.0)}), cat,
+                     solver.Constraints(max_nodes=1), solver.Objective.THROUGHPUT, top=5)
+    assert r.chosen.config == "1xt1.x" and not any("within 1%" in n for n in r.notes)
+
+
 def test_placement_group_reaches_the_predictions_and_the_report() -> None:
     from conftest import PROFILES, run_srifty
 

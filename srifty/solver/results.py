@@ -202,6 +202,28 @@ def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints,
             f"({chosen.interval_ms[1]:,.1f} ms an iteration): there it misses {'; '.join(missed)}; {where}")
 
 
+def near_tie_note(obj: Objective, chosen: Recommendation, alt: Recommendation, shown: int, within: float) -> str:
+    """A note on ``alt``, within ``within`` of the chosen row on the objective and better on the
+    other figure: cheaper where the objective is throughput, faster where it is a cost."""
+    where = f"#{alt.rank} {alt.config}" + (f" (--top {alt.rank} shows it)" if alt.rank > shown else "")
+    if obj is Objective.THROUGHPUT:
+        trade = (f"throughput ({alt.throughput_samples_per_s:,.1f} samples/s against "
+                 f"{chosen.throughput_samples_per_s:,.1f}) at ${alt.usd_per_hour:,.2f}/h against "
+                 f"${chosen.usd_per_hour:,.2f}/h")
+    else:
+        if obj is Objective.COST and chosen.usd_to_finish is not None and alt.usd_to_finish is not None:
+            cost = f"cost (${alt.usd_to_finish:,.2f} to finish against ${chosen.usd_to_finish:,.2f})"
+        elif obj is Objective.COST:
+            cost = f"cost (${alt.usd_per_hour:,.2f}/h against ${chosen.usd_per_hour:,.2f}/h)"
+        else:
+            cost = (f"cost per sample (${alt.usd_per_million_samples:,.3f} per 1M samples against "
+                    f"${chosen.usd_per_million_samples:,.3f})")
+        trade = (f"{cost} and runs {alt.throughput_samples_per_s / chosen.throughput_samples_per_s:.2f}x as fast "
+                 f"({alt.throughput_samples_per_s:,.1f} samples/s)")
+    return (f"{where} comes within {within:.0%} of the chosen row's {trade}; a difference under {within:.0%} is less "
+            "than a measurement tells apart")
+
+
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
     """The one measurement that would make the chosen row's compute measured, or where it is, the
     network between its nodes where that is a prior (of a mix, the first such type's that srifty's

@@ -47,7 +47,7 @@ from srifty.oracle import ThroughputOracle
 from srifty.solver.constraints import Constraints, Objective, choose_objective
 from srifty.solver.infeasible import explain_infeasible
 from srifty.solver.offers import _goodput_into, _grid, build_offers
-from srifty.solver.results import Recommendation, Result, slow_end_note
+from srifty.solver.results import Recommendation, Result, near_tie_note, slow_end_note
 from srifty.solver.rows import _config_text, _mix_cap, _mix_split, _pareto, _recommendation, mix_rows
 from srifty.solver.space import _capacity_units, _offer_table, _prune, _Space
 
@@ -245,6 +245,10 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
+    if (tie := _near_tie(obj, cat, usd_total, feasible_idx, int(ranked[0]))) is not None:
+        alt = next((r for r in recs if r.rank == tie[1]), None) or rec(tie[0])
+        alt.rank = tie[1]
+        notes.insert(0, near_tie_note(obj, recs[0], alt, len(recs), NEAR_TIE))
     if (slow := slow_end_note(recs, c, further, len(feasible_idx))) is not None:
         notes.insert(0, slow)  # about the answer itself: first
     if getattr(oracle, "hit", False):
@@ -260,6 +264,9 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
 MIX_ROUNDS = 30
 # ranked rows a note looks through for one that meets the constraints at its interval's slow end
 SLOW_END_SEARCH = 500
+# within this share of the chosen row on the objective, another row counts as a near tie: under 1%
+# is below what a measurement tells apart (repeated runs scatter by about 5%, docs/REPEATABILITY.md)
+NEAR_TIE = 0.01
 
 
 def _constraint_masks(c: Constraints, cat: dict[str, "np.ndarray"], hours: "np.ndarray | None",
@@ -311,22 +318,46 @@ def _rank(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray |
     return _leaders(obj, cat, usd_total, feasible_idx, top), front
 
 
+def _keys(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
+          feasible_idx: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
+    """The feasible candidates' ranking keys: the objective (less is better) and what breaks its ties."""
+    fthr, fprice = cat["thr"][feasible_idx], cat["price"][feasible_idx]
+    if obj is Objective.THROUGHPUT:
+        return -fthr, fprice
+    if obj is Objective.COST:
+        return (usd_total[feasible_idx] if usd_total is not None else fprice), -fthr
+    return fprice / (fthr * 3600.0), -fthr
+
+
 def _leaders(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
              feasible_idx: "np.ndarray", top: int) -> "np.ndarray":
     """The first ``top`` feasible candidates by the objective, in order (a partial sort picks them,
     a full sort orders only them; ties in the objective by the other figure, then by index)."""
     import numpy as np
 
-    fthr, fprice = cat["thr"][feasible_idx], cat["price"][feasible_idx]
-    if obj is Objective.THROUGHPUT:
-        primary, secondary = -fthr, fprice
-    elif obj is Objective.COST:
-        primary, secondary = (usd_total[feasible_idx] if usd_total is not None else fprice), -fthr
-    else:
-        primary, secondary = fprice / (fthr * 3600.0), -fthr
+    primary, secondary = _keys(obj, cat, usd_total, feasible_idx)
     if len(primary) > top:
         kth = np.partition(primary, top - 1)[top - 1]
         lead = np.flatnonzero(primary <= kth)
     else:
         lead = np.arange(len(primary))
     return feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
+
+
+def _near_tie(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
+              feasible_idx: "np.ndarray", j: int) -> tuple[int, int] | None:
+    """(candidate, its rank): of the feasible candidates within NEAR_TIE of candidate ``j`` on the
+    objective, the best on the other figure (least $/h where the objective is throughput, most
+    throughput where it is a cost), where that beats ``j``'s by more than NEAR_TIE; else None."""
+    import numpy as np
+
+    primary, secondary = _keys(obj, cat, usd_total, feasible_idx)
+    at = int(np.searchsorted(feasible_idx, j))
+    objective = np.abs(primary)  # throughput, or a cost: all positive
+    close = np.flatnonzero(np.abs(objective - objective[at]) <= NEAR_TIE * objective[at])
+    best = close[np.lexsort((primary[close], secondary[close]))[0]]
+    if not abs(secondary[best] - secondary[at]) > NEAR_TIE * abs(secondary[at]) or secondary[best] >= secondary[at]:
+        return None
+    ahead = (primary < primary[best]) | ((primary == primary[best]) & (secondary < secondary[best]))
+    rank = int(ahead.sum() + ((primary == primary[best]) & (secondary == secondary[best]))[:best].sum()) + 1
+    return int(feasible_idx[best]), rank
