@@ -259,6 +259,8 @@ def test_reduced_evaluation_end_to_end(tmp_path: Path) -> None:
          # a whole-core and a half-core type: hosts start sooner than configs/emulated.yaml's
          "--spec", str(ROOT / "tests" / "data" / "emulated-fast.yaml"), "--types", "emu.whole,emu.half",
          "--max-hosts", "2", "--max-seconds", "2", "--case", "budget=0.7",
+         # emulated hosts read only the emulated corpus's residual and sweeps: 3 s to train, not 19
+         "--corpus", str(ROOT / "profiles" / "emulated"),
          "--case", "min_throughput=1", "--work-dir", str(work), "--report", str(report), "--json"],
         capture_output=True, text=True, cwd=str(ROOT), timeout=900,
         env={**os.environ, "SRIFTY_PROFILE_CLUSTER": "evtest"},
