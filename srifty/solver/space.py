@@ -74,7 +74,8 @@ class MixCurves:
                 one[i] = times[0] / batch[i][0]
             else:
                 k = reach[0]
-                one[i] = times[k - 1] + (1.0 - batch[i][k - 1]) / (batch[i][k] - batch[i][k - 1]) * (times[k] - times[k - 1])
+                w = (1.0 - batch[i][k - 1]) / (batch[i][k] - batch[i][k - 1])
+                one[i] = times[k - 1] + w * (times[k] - times[k - 1])
         return cls(times, batch, one)
 
     def node_batch(self, slots: "np.ndarray") -> "np.ndarray":
