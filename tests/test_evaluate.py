@@ -313,8 +313,9 @@ def test_the_pick_is_srifty_recommends_and_a_split_mix_is_run_as_its_plan(tmp_pa
         profile_mod.save(doc, out)
         return doc
 
+    # the emulated corpus alone: emulated hosts read only its residual and sweeps
     evaluator = ev.Evaluator(str(EXAMPLES / "cnn_resnet.py"), str(ROOT / "configs" / "emulated.yaml"), str(tmp_path),
-                             16, max_hosts=2, profile_fn=fake_profile)
+                             16, max_hosts=2, profile_fn=fake_profile, corpus=[str(shipped)])
     cands = ev.candidate_space(evaluator.spec, evaluator.types, 2, 2.0)
     paths, sweep, _, _ = evaluator.cheap_profiles()
     evaluator.predict(cands, paths, sweep)
