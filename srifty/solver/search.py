@@ -187,7 +187,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         raise err
 
     # ---- rank and the front; the mixes among them predicted as they are, until those shown all were
-    ranked, front = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
+    ranked, front, keys = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
     mix_block = np.array([blk[0] == "mix" for blk in blocks], bool)
     for _ in range(MIX_ROUNDS if hasattr(oracle, "predict_mixes") else 0):
         shown = np.unique(np.concatenate([ranked, front]))
@@ -220,13 +220,13 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
         feasible_idx = np.flatnonzero(ok)
         if len(feasible_idx) == 0:  # none is left once the mixes shown are predicted as they are
             raise explain_infeasible(masks, cat, usd_total, hours, c, lambda j: _config_text(int(j), space))
-        ranked, front = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
+        ranked, front, keys = _rank(obj, cat, usd_total, feasible_idx, top, pareto_limit)
 
     def rec(j: int) -> Recommendation:
         return _recommendation(int(j), space, cat, hours, usd_total)
 
     def further() -> Iterator[Recommendation]:  # the ranked rows after those shown, in order
-        after = _leaders(obj, cat, usd_total, feasible_idx, SLOW_END_SEARCH)[len(recs):]
+        after = _leaders(keys, feasible_idx, SLOW_END_SEARCH)[len(recs):]
         for k, j in enumerate(after, start=len(recs) + 1):
             r = rec(j)
             r.rank = k
@@ -245,7 +245,7 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
-    if (tie := _near_tie(obj, cat, usd_total, feasible_idx, int(ranked[0]))) is not None:
+    if (tie := _near_tie(keys, feasible_idx, int(ranked[0]))) is not None:
         alt = next((r for r in recs if r.rank == tie[1]), None) or rec(tie[0])
         alt.rank = tie[1]
         notes.insert(0, near_tie_note(obj, recs[0], alt, len(recs), NEAR_TIE))
@@ -306,16 +306,18 @@ def _all_of(masks: dict[str, "np.ndarray"]) -> "np.ndarray":
 
 
 def _rank(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None", feasible_idx: "np.ndarray",
-          top: int, pareto_limit: int) -> tuple["np.ndarray", "np.ndarray"]:
-    """The first ``top`` feasible candidates by the objective (:func:`_leaders`), and the Pareto
-    front of throughput vs $/h (at most ``pareto_limit`` of its points, evenly spread)."""
+          top: int, pareto_limit: int) -> tuple["np.ndarray", "np.ndarray", tuple["np.ndarray", "np.ndarray"]]:
+    """The first ``top`` feasible candidates by the objective (:func:`_leaders`), the Pareto front
+    of throughput vs $/h (at most ``pareto_limit`` of its points, evenly spread), and the ranking
+    keys (:func:`_keys`) they were read off."""
     import numpy as np
 
     front = feasible_idx[_pareto(cat["thr"][feasible_idx], cat["price"][feasible_idx])]
     if len(front) > pareto_limit:
         pick = np.unique(np.linspace(0, len(front) - 1, pareto_limit).round().astype(int))
         front = front[pick]
-    return _leaders(obj, cat, usd_total, feasible_idx, top), front
+    keys = _keys(obj, cat, usd_total, feasible_idx)
+    return _leaders(keys, feasible_idx, top), front, keys
 
 
 def _keys(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
@@ -329,13 +331,12 @@ def _keys(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray |
     return fprice / (fthr * 3600.0), -fthr
 
 
-def _leaders(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
-             feasible_idx: "np.ndarray", top: int) -> "np.ndarray":
-    """The first ``top`` feasible candidates by the objective, in order (a partial sort picks them,
-    a full sort orders only them; ties in the objective by the other figure, then by index)."""
+def _leaders(keys: tuple["np.ndarray", "np.ndarray"], feasible_idx: "np.ndarray", top: int) -> "np.ndarray":
+    """The first ``top`` feasible candidates by their ranking ``keys``, in order (a partial sort picks
+    them, a full sort orders only them; ties in the objective by the other figure, then by index)."""
     import numpy as np
 
-    primary, secondary = _keys(obj, cat, usd_total, feasible_idx)
+    primary, secondary = keys
     if len(primary) > top:
         kth = np.partition(primary, top - 1)[top - 1]
         lead = np.flatnonzero(primary <= kth)
@@ -344,20 +345,22 @@ def _leaders(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarra
     return feasible_idx[lead[np.lexsort((secondary[lead], primary[lead]))][:top]]
 
 
-def _near_tie(obj: Objective, cat: dict[str, "np.ndarray"], usd_total: "np.ndarray | None",
-              feasible_idx: "np.ndarray", j: int) -> tuple[int, int] | None:
+def _near_tie(keys: tuple["np.ndarray", "np.ndarray"], feasible_idx: "np.ndarray", j: int) -> tuple[int, int] | None:
     """(candidate, its rank): of the feasible candidates within NEAR_TIE of candidate ``j`` on the
-    objective, the best on the other figure (least $/h where the objective is throughput, most
-    throughput where it is a cost), where that beats ``j``'s by more than NEAR_TIE; else None."""
+    objective (ranking ``keys``), the best on the other figure (least $/h where the objective is
+    throughput, most throughput where it is a cost), where that beats ``j``'s by more than NEAR_TIE;
+    else None."""
     import numpy as np
 
-    primary, secondary = _keys(obj, cat, usd_total, feasible_idx)
+    primary, secondary = keys
     at = int(np.searchsorted(feasible_idx, j))
-    objective = np.abs(primary)  # throughput, or a cost: all positive
-    close = np.flatnonzero(np.abs(objective - objective[at]) <= NEAR_TIE * objective[at])
+    p0, s0 = primary[at], secondary[at]  # the objective keeps one sign: throughput negated, or a cost
+    close = np.flatnonzero(np.abs(primary - p0) <= NEAR_TIE * abs(p0))
     best = close[np.lexsort((primary[close], secondary[close]))[0]]
-    if not abs(secondary[best] - secondary[at]) > NEAR_TIE * abs(secondary[at]) or secondary[best] >= secondary[at]:
+    if not secondary[best] < s0 - NEAR_TIE * abs(s0):
         return None
-    ahead = (primary < primary[best]) | ((primary == primary[best]) & (secondary < secondary[best]))
-    rank = int(ahead.sum() + ((primary == primary[best]) & (secondary == secondary[best]))[:best].sum()) + 1
-    return int(feasible_idx[best]), rank
+    pb, sb = primary[best], secondary[best]
+    level = np.flatnonzero(primary == pb)  # ties in the objective: by the other figure, then by index
+    ahead = int(np.count_nonzero(primary < pb)) + int(np.count_nonzero(secondary[level] < sb))
+    ahead += int(np.count_nonzero((secondary[level] == sb) & (level < best)))
+    return int(feasible_idx[best]), ahead + 1
