@@ -134,7 +134,7 @@ class FeatureBuilder(WorkerCompute):
         slowest_ms = max(c for _, c in cycles)
         bounds = ((min(max(lo for lo, _ in reach) / slowest_ms, 1.0), max(max(hi for _, hi in reach) / slowest_ms, 1.0))
                   if slowest_ms > 0 else (1.0, 1.0))
-        # the slowest worker that trains on some of the batch (a mix's split may leave a type none)
+        # the slowest worker that trains on some of the batch (a group given none of it never sets the pace)
         slowest = max([i for i, b in enumerate(batches) if b > 0] or range(len(cycles)), key=lambda i: cycles[i])
         return _ComputePart(tuple(wpn_all), tuple(cycles), transferred, tuple(notes), loosest, tuple(loose_notes),
                             bounds, batches[slowest])

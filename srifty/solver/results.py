@@ -164,7 +164,7 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
 
 
 def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints,
-                  further: "Callable[[], Iterable[Recommendation]] | None" = None, feasible: int = 0) -> str | None:
+                  further: "Callable[[], Iterable[Recommendation]]", feasible: int) -> str | None:
     """Where the chosen row (``recs[0]``) meets --min-throughput, --deadline or --total-budget at its
     figure but not at the slow end of its 5-95% interval, a note saying by how much, and the first
     ranked row that meets them there too: among those shown, else among ``further()``, the ranked
@@ -188,7 +188,7 @@ def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints,
         return None
     held = next((r for r in recs[1:] if not misses(r)), None)
     looked = len(recs)
-    if held is None and further is not None:
+    if held is None:
         for r in further():
             looked = r.rank
             if not misses(r):
