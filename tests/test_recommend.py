@@ -559,6 +559,20 @@ def test_a_mix_gives_every_worker_at_least_one_sample():
     assert all(min(x.batch_split.values()) >= 1 for x in r.recommendations)
 
 
+def test_a_mix_not_predicted_as_it_is_says_its_figures_are_composed():
+    """Without a mix prediction every mix row is composed of its two types' figures, and a note
+    that names one says so; with it, the mixes shown are predicted as they are."""
+    cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 2.0, float("nan"), 0.0)])
+    figures = {"t0.x": (2.0, 1.0, 0.0, 0.0), "t1.x": (3.0, 1.0, 0.0, 0.0)}
+    for mix_oracle, composed in ((_FakeOracle(figures), True), (_FakeMixOracle(figures), False)):
+        r = solver.solve(mix_oracle, cat, solver.Constraints(max_nodes=2), solver.Objective.THROUGHPUT, top=50)
+        (mix,) = [x for x in r.recommendations if x.config == "1xt0.x+1xt1.x"]
+        assert mix.composed is composed and mix.to_dict()["composed"] is composed
+        assert not any(x.composed for x in r.recommendations if not x.mixed)
+        sentence = solver.NearTie(solver.Objective.THROUGHPUT, r.chosen, mix, 1, 0.01).sentence()
+        assert ("(its figures composed of its two types', not yet its own prediction)" in sentence) is composed
+
+
 def test_a_global_batch_too_small_for_the_gpus_a_constraint_needs_is_named():
     """Only three workers reach the throughput asked for, and a global batch of 2 leaves one of
     them without a sample: the error names --global-batch-size and the GPUs it must cover."""
@@ -592,6 +606,15 @@ def test_a_choice_that_meets_the_constraints_only_at_its_figure_says_so():
     r = solver.solve(oracle, cat, solver.Constraints(max_nodes=1, min_throughput=3500.0), top=5)
     assert r.notes[0].endswith("there it misses --min-throughput 3500 (3,333.3 samples/s); no other configuration "
                                "meets them there")
+    # the same finding, for scripts (recommend --json)
+    assert r.slow_end.to_dict() == {
+        "config": "1xt1.x", "slow_end_ms": pytest.approx(9.6), "feasible": 1, "ranked_looked_through": 1,
+        "missed": [{"constraint": "min_throughput", "limit": 3500.0, "at_slow_end": pytest.approx(3333.3333, abs=1e-3)}],
+        "met_there_by": None, "sentence": r.notes[0]}
+    r = solver.solve(oracle, cat, solver.Constraints(max_nodes=1, min_throughput=1800.0), top=1)
+    held = json.loads(json.dumps(r.to_dict()))["slow_end"]["met_there_by"]
+    assert (held["rank"], held["config"], held["shown"], held["row"]["usd_per_hour"]) == (2, "1xt1.x", False, 3.0)
+    assert r.near_tie is None and r.to_dict()["near_tie"] is None
 
 
 def test_a_row_within_one_percent_on_the_objective_and_better_on_the_other_figure_is_named():
@@ -606,6 +629,10 @@ def test_a_row_within_one_percent_on_the_objective_and_better_on_the_other_figur
     assert r.notes[0] == ("#2 1xt0.x (--top 2 shows it) comes within 1% of the chosen row's throughput (2,000.0 "
                           "samples/s against 2,010.0) at $1.00/h against $3.00/h; a difference under 1% is less than a "
                           "measurement tells apart")
+    tie = json.loads(json.dumps(r.to_dict()))["near_tie"]
+    assert (tie["rank"], tie["config"], tie["shown"], tie["within"], tie["sentence"]) == (2, "1xt0.x", False, 0.01,
+                                                                                          r.notes[0])
+    assert tie["row"]["throughput_samples_per_s"] == pytest.approx(2000.0) and r.slow_end is None
     cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 2.01, float("nan"), 0.0)])
     r = solver.solve(_FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (4.0, 0.0, 0.0, 0.0)}), cat,
                      solver.Constraints(max_nodes=1, samples=3.6e7), solver.Objective.COST, top=5)

@@ -1,7 +1,10 @@
 """What a solve returns: ranked rows, the Pareto front, and advice on what to measure.
 
 :class:`Recommendation` is one configuration with its figures (and where each came from);
-:class:`Result` holds the ranking, the Pareto front and the notes of one solve;
+:class:`Result` holds the ranking, the Pareto front and the notes of one solve, and what the solve
+found about its own choice: a row that ties it on the objective within less than a measurement
+tells apart and is better on the other figure (:class:`NearTie`), or constraints it meets at its
+figure and not at its interval's slow end (:class:`SlowEnd`);
 :func:`measurement_advice` names the one EC2 profile that would make the chosen row's compute
 measured rather than transferred, or else its network measured rather than a prior
 (:class:`MeasurementAdvice`), what it costs, and which ranked rows it could reorder.
@@ -57,6 +60,9 @@ class Recommendation:
     # one worker's tensor memory on each instance type at its per-worker batch (GiB; the profile's
     # count, or the floor of parameters and gradients), where the job's memory is known
     memory_gib: dict[str, float] = field(default_factory=dict)
+    # a mix whose figures are composed of its two types' rows, not its own prediction (srifty
+    # predicts the mixes among the rows shown as they are; one a note names past them is not)
+    composed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -163,65 +169,130 @@ def _throughput_interval(r: "Recommendation") -> tuple[float, float]:
     return r.throughput_samples_per_s * r.iteration_ms / hi_ms, r.throughput_samples_per_s * r.iteration_ms / lo_ms
 
 
-def slow_end_note(recs: "Sequence[Recommendation]", c: Constraints,
-                  further: "Callable[[], Iterable[Recommendation]]", feasible: int) -> str | None:
-    """Where the chosen row (``recs[0]``) meets --min-throughput, --deadline or --total-budget at its
-    figure but not at the slow end of its 5-95% interval, a note saying by how much, and the first
-    ranked row that meets them there too: among those shown, else among ``further()``, the ranked
-    rows after them in order, of ``feasible`` in all (None where the chosen row meets them there,
-    or none is asked)."""
-    def misses(r: Recommendation) -> list[str]:
-        slow = r.interval_ms[1] / r.iteration_ms if r.iteration_ms > 0 else 1.0  # the step's slow end, over its figure
-        out = []
-        if c.min_throughput is not None and r.throughput_samples_per_s / slow < c.min_throughput - 1e-9:
-            out.append(f"--min-throughput {c.min_throughput:g} ({r.throughput_samples_per_s / slow:,.1f} samples/s)")
-        if c.deadline_hours is not None and r.hours_to_finish is not None \
-                and r.hours_to_finish * slow > c.deadline_hours + 1e-12:
-            out.append(f"--deadline {c.deadline_hours:g} h ({r.hours_to_finish * slow:.2f} h)")
-        if c.total_budget is not None and r.usd_to_finish is not None and r.usd_to_finish * slow > c.total_budget + 1e-9:
-            out.append(f"--total-budget {c.total_budget:g} (${r.usd_to_finish * slow:,.2f})")
-        return out
+@dataclass(frozen=True)
+class SlowEndMiss:
+    """One constraint the chosen row meets at its figure and misses at its interval's slow end."""
 
-    chosen = recs[0]
-    missed = misses(chosen)
+    constraint: str  # the Constraints field: min_throughput | deadline_hours | total_budget
+    limit: float  # what was asked
+    at_slow_end: float  # the row's figure there (samples/s, hours, or $ to finish)
+
+    def text(self) -> str:
+        if self.constraint == "min_throughput":
+            return f"--min-throughput {self.limit:g} ({self.at_slow_end:,.1f} samples/s)"
+        if self.constraint == "deadline_hours":
+            return f"--deadline {self.limit:g} h ({self.at_slow_end:.2f} h)"
+        return f"--total-budget {self.limit:g} (${self.at_slow_end:,.2f})"
+
+
+def _misses(r: "Recommendation", c: Constraints) -> list[SlowEndMiss]:
+    """What ``r`` misses of --min-throughput, --deadline and --total-budget at its interval's slow end."""
+    slow = r.interval_ms[1] / r.iteration_ms if r.iteration_ms > 0 else 1.0  # the step's slow end, over its figure
+    out = []
+    if c.min_throughput is not None and r.throughput_samples_per_s / slow < c.min_throughput - 1e-9:
+        out.append(SlowEndMiss("min_throughput", c.min_throughput, r.throughput_samples_per_s / slow))
+    if c.deadline_hours is not None and r.hours_to_finish is not None \
+            and r.hours_to_finish * slow > c.deadline_hours + 1e-12:
+        out.append(SlowEndMiss("deadline_hours", c.deadline_hours, r.hours_to_finish * slow))
+    if c.total_budget is not None and r.usd_to_finish is not None and r.usd_to_finish * slow > c.total_budget + 1e-9:
+        out.append(SlowEndMiss("total_budget", c.total_budget, r.usd_to_finish * slow))
+    return out
+
+
+def _named(r: "Recommendation", shown: int) -> dict[str, Any]:
+    """A ranked row a finding names, as --json gives it: its rank, whether it is among the rows
+    shown, and its figures."""
+    return {"rank": r.rank, "config": r.config, "shown": r.rank is not None and r.rank <= shown, "row": r.to_dict()}
+
+
+def _composed(r: "Recommendation") -> str:
+    return " (its figures composed of its two types', not yet its own prediction)" if r.composed else ""
+
+
+@dataclass(frozen=True)
+class SlowEnd:
+    """The chosen row meets --min-throughput, --deadline or --total-budget at its figure but not at
+    the slow end of its 5-95% interval: what it misses there, and the first ranked row that meets
+    them there too (None: none of the first ``looked`` ranked, of ``feasible``)."""
+
+    chosen: "Recommendation"
+    missed: tuple[SlowEndMiss, ...]
+    held: "Recommendation | None"
+    shown: int  # ranked rows shown
+    looked: int  # ranked rows looked through
+    feasible: int  # configurations meeting every constraint at their figure
+
+    def sentence(self) -> str:
+        held = self.held
+        where = (f"#{held.rank} {held.config} meets them there too, at ${held.usd_per_hour:,.2f}/h{_composed(held)}"
+                 + (f" (--top {held.rank} shows it)" if held.rank > self.shown else "") if held is not None
+                 else "no other configuration meets them there" if self.looked >= self.feasible
+                 else f"none of the first {self.looked:,} ranked meets them there")
+        return (f"{self.chosen.config} meets the constraints at its figure, not at its interval's slow end "
+                f"({self.chosen.interval_ms[1]:,.1f} ms an iteration): there it misses "
+                f"{'; '.join(m.text() for m in self.missed)}; {where}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.chosen.config, "slow_end_ms": round(self.chosen.interval_ms[1], 3),
+                "missed": [{"constraint": m.constraint, "limit": m.limit, "at_slow_end": round(m.at_slow_end, 4)}
+                           for m in self.missed],
+                "met_there_by": None if self.held is None else _named(self.held, self.shown),
+                "ranked_looked_through": self.looked, "feasible": self.feasible, "sentence": self.sentence()}
+
+
+def slow_end(recs: "Sequence[Recommendation]", c: Constraints,
+             further: "Callable[[], Iterable[Recommendation]]", feasible: int) -> SlowEnd | None:
+    """Where the chosen row (``recs[0]``) meets --min-throughput, --deadline or --total-budget at its
+    figure but not at the slow end of its 5-95% interval, what it misses there and the first ranked
+    row that meets them there too: among those shown, else among ``further()``, the ranked rows after
+    them in order, of ``feasible`` in all (None where the chosen row meets them there, or none is asked)."""
+    missed = _misses(recs[0], c)
     if not missed:
         return None
-    held = next((r for r in recs[1:] if not misses(r)), None)
+    held = next((r for r in recs[1:] if not _misses(r, c)), None)
     looked = len(recs)
     if held is None:
         for r in further():
             looked = r.rank
-            if not misses(r):
+            if not _misses(r, c):
                 held = r
                 break
-    where = (f"#{held.rank} {held.config} meets them there too, at ${held.usd_per_hour:,.2f}/h"
-             + (f" (--top {held.rank} shows it)" if held.rank > len(recs) else "") if held is not None
-             else "no other configuration meets them there" if looked >= feasible
-             else f"none of the first {looked:,} ranked meets them there")
-    return (f"{chosen.config} meets the constraints at its figure, not at its interval's slow end "
-            f"({chosen.interval_ms[1]:,.1f} ms an iteration): there it misses {'; '.join(missed)}; {where}")
+    return SlowEnd(recs[0], tuple(missed), held, len(recs), looked, feasible)
 
 
-def near_tie_note(obj: Objective, chosen: Recommendation, alt: Recommendation, shown: int, within: float) -> str:
-    """A note on ``alt``, within ``within`` of the chosen row on the objective and better on the
-    other figure: cheaper where the objective is throughput, faster where it is a cost."""
-    where = f"#{alt.rank} {alt.config}" + (f" (--top {alt.rank} shows it)" if alt.rank > shown else "")
-    if obj is Objective.THROUGHPUT:
-        trade = (f"throughput ({alt.throughput_samples_per_s:,.1f} samples/s against "
-                 f"{chosen.throughput_samples_per_s:,.1f}) at ${alt.usd_per_hour:,.2f}/h against "
-                 f"${chosen.usd_per_hour:,.2f}/h")
-    else:
-        if obj is Objective.COST and chosen.usd_to_finish is not None and alt.usd_to_finish is not None:
-            cost = f"cost (${alt.usd_to_finish:,.2f} to finish against ${chosen.usd_to_finish:,.2f})"
-        elif obj is Objective.COST:
-            cost = f"cost (${alt.usd_per_hour:,.2f}/h against ${chosen.usd_per_hour:,.2f}/h)"
+@dataclass(frozen=True)
+class NearTie:
+    """A ranked row within ``within`` of the chosen one on the objective and better on the other
+    figure by more than that: cheaper where the objective is throughput, faster where it is a cost."""
+
+    objective: Objective
+    chosen: "Recommendation"
+    row: "Recommendation"
+    shown: int  # ranked rows shown
+    within: float
+
+    def sentence(self) -> str:
+        chosen, alt, within = self.chosen, self.row, self.within
+        where = f"#{alt.rank} {alt.config}" + (f" (--top {alt.rank} shows it)" if alt.rank > self.shown else "")
+        if self.objective is Objective.THROUGHPUT:
+            trade = (f"throughput ({alt.throughput_samples_per_s:,.1f} samples/s against "
+                     f"{chosen.throughput_samples_per_s:,.1f}) at ${alt.usd_per_hour:,.2f}/h against "
+                     f"${chosen.usd_per_hour:,.2f}/h")
         else:
-            cost = (f"cost per sample (${alt.usd_per_million_samples:,.3f} per 1M samples against "
-                    f"${chosen.usd_per_million_samples:,.3f})")
-        trade = (f"{cost} and runs {alt.throughput_samples_per_s / chosen.throughput_samples_per_s:.2f}x as fast "
-                 f"({alt.throughput_samples_per_s:,.1f} samples/s)")
-    return (f"{where} comes within {within:.0%} of the chosen row's {trade}; a difference under {within:.0%} is less "
-            "than a measurement tells apart")
+            if self.objective is Objective.COST and chosen.usd_to_finish is not None and alt.usd_to_finish is not None:
+                cost = f"cost (${alt.usd_to_finish:,.2f} to finish against ${chosen.usd_to_finish:,.2f})"
+            elif self.objective is Objective.COST:
+                cost = f"cost (${alt.usd_per_hour:,.2f}/h against ${chosen.usd_per_hour:,.2f}/h)"
+            else:
+                cost = (f"cost per sample (${alt.usd_per_million_samples:,.3f} per 1M samples against "
+                        f"${chosen.usd_per_million_samples:,.3f})")
+            trade = (f"{cost} and runs {alt.throughput_samples_per_s / chosen.throughput_samples_per_s:.2f}x as fast "
+                     f"({alt.throughput_samples_per_s:,.1f} samples/s)")
+        return (f"{where} comes within {within:.0%} of the chosen row's {trade}{_composed(alt)}; a difference under "
+                f"{within:.0%} is less than a measurement tells apart")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_named(self.row, self.shown), "within": self.within, "sentence": self.sentence()}
 
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
@@ -278,6 +349,9 @@ class Result:
     pareto: list[Recommendation]
     feasible: int
     notes: list[str] = field(default_factory=list)
+    # what the solve found about its own answer (each also the first notes' sentence)
+    near_tie: NearTie | None = None
+    slow_end: SlowEnd | None = None
 
     @property
     def chosen(self) -> Recommendation:
@@ -299,4 +373,6 @@ class Result:
             "recommendations": [r.to_dict() for r in self.recommendations],
             "pareto": [r.to_dict() for r in self.pareto],
             "notes": self.notes,
+            "near_tie": None if self.near_tie is None else self.near_tie.to_dict(),
+            "slow_end": None if self.slow_end is None else self.slow_end.to_dict(),
         }

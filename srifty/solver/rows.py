@@ -185,7 +185,8 @@ def _recommendation(j: int, space: _Space, cat: dict[str, "np.ndarray"], hours: 
         interruptions_per_hour=float(cat["rate"][j]), source=source,
         mixed=mixed, hours_to_finish=float(hours[j]) if hours is not None else None,
         usd_to_finish=float(usd_total[j]) if usd_total is not None else None,
-        parts=_parts(it, compute, sources, carried), network_prior_types=prior, memory_gib=memory)
+        parts=_parts(it, compute, sources, carried), network_prior_types=prior, memory_gib=memory,
+        composed=mixed and j not in space.direct)
 
 
 def _composed_interval(space: _Space, rows: "pd.DataFrame", m: _MixSplit, split: dict[str, float]

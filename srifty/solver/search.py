@@ -47,7 +47,7 @@ from srifty.oracle import ThroughputOracle
 from srifty.solver.constraints import Constraints, Objective, choose_objective
 from srifty.solver.infeasible import explain_infeasible
 from srifty.solver.offers import _goodput_into, _grid, build_offers
-from srifty.solver.results import Recommendation, Result, near_tie_note, slow_end_note
+from srifty.solver.results import NearTie, Recommendation, Result, slow_end
 from srifty.solver.rows import _config_text, _mix_cap, _mix_split, _pareto, _recommendation, mix_rows
 from srifty.solver.space import _capacity_units, _offer_table, _prune, _Space
 
@@ -245,19 +245,21 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
     notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
+    near = None
     if (tie := _near_tie(keys, feasible_idx, int(ranked[0]))) is not None:
         alt = next((r for r in recs if r.rank == tie[1]), None) or rec(tie[0])
         alt.rank = tie[1]
-        notes.insert(0, near_tie_note(obj, recs[0], alt, len(recs), NEAR_TIE))
-    if (slow := slow_end_note(recs, c, further, len(feasible_idx))) is not None:
-        notes.insert(0, slow)  # about the answer itself: first
+        near = NearTie(obj, recs[0], alt, len(recs), NEAR_TIE)
+        notes.insert(0, near.sentence())
+    if (slow := slow_end(recs, c, further, len(feasible_idx))) is not None:
+        notes.insert(0, slow.sentence())  # about the answer itself: first
     if getattr(oracle, "hit", False):
         notes.append("latency-model figures reused from the prediction cache (same model, profiles, catalog, rows)")
     if space.direct:
         notes.append(f"{len(space.direct)} mix(es) among the rows shown predicted as they are (each type at its share "
                      "of the batch); the search composed every mix from its two types' figures")
     return Result(obj, reason, c, n_cand, len(grid) + len(curve), pruned, time.perf_counter() - t_start, model_s, recs,
-                  pareto, int(len(feasible_idx)), notes)
+                  pareto, int(len(feasible_idx)), notes, near, slow)
 
 
 # rounds of predicting the mixes shown as they are: each may bring new mixes into the rows shown
