@@ -59,6 +59,46 @@ def test_views_and_allocations_launch_no_kernel() -> None:
     assert counter.counts["forward"]["kernels"] == 1
 
 
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")  # torch's, on switching oneDNN
+def test_a_fused_recurrent_layer_s_arithmetic_is_counted() -> None:
+    """A CPU runs an LSTM as one oneDNN operator per layer and direction, which
+    torch.utils.flop_counter does not price: its forward counts the arithmetic of the same LSTM run
+    step by step as matmuls (oneDNN off), 2 x rows x (4H x I + 4H x H) per layer and direction; its
+    backward twice that, a little more than step by step, where the gradient of the initial hidden
+    state (which needs none) is not taken. A GPU's fused operators (cuDNN, MIOpen) are priced from
+    the same weights: the whole stack's matrices, biases left out."""
+    from srifty.profiling.opcount import _RECURRENT_FLOPS, recurrent_flops
+
+    torch.manual_seed(0)
+    lstm = nn.LSTM(16, 8, num_layers=2, bidirectional=True)
+    steps, batch, hidden = 5, 3, 8
+    got = {}
+    for fused in (True, False):
+        x = torch.randn(steps, batch, 16, requires_grad=True)
+        phase = ["forward"]
+        with torch.backends.mkldnn.flags(enabled=fused), OperatorCounter(lambda: phase[0]) as counter:
+            out = lstm(x)[0].sum()
+            phase[0] = "backward"
+            out.backward()
+        got[fused] = {ph: counter.counts[ph] for ph in ("forward", "backward")}
+    # both layers see 16 features an input row (the second, both directions' 8): four layer-directions
+    forward = 4 * (2 * steps * batch * (4 * hidden * 16 + 4 * hidden * hidden))
+    assert got[True]["forward"]["flops"] == got[False]["forward"]["flops"] == forward
+    assert got[True]["forward"]["flop_kernels"] == 4  # one operator per layer and direction
+    assert got[True]["backward"]["flops"] == 2 * forward
+    initial_state = 4 * 2 * batch * 4 * hidden * hidden  # per layer and direction, step by step
+    assert got[False]["backward"]["flops"] == 2 * forward - initial_state
+    # cuDNN's operator takes the stack's weights as one list (w_ih, w_hh, b_ih, b_hh per layer and
+    # direction), a batch-first input as (batch, steps, features)
+    weights = [w for layer in lstm.all_weights for w in layer]
+    x = torch.randn(batch, steps, 16)
+    assert recurrent_flops(x, weights) == forward
+    mask = [True, True, True, True]
+    assert _RECURRENT_FLOPS["_cudnn_rnn"]([x, weights]) == forward
+    assert _RECURRENT_FLOPS["_cudnn_rnn_backward"]([x, weights] + [None] * 19 + [mask]) == 2 * forward
+    assert _RECURRENT_FLOPS["miopen_rnn_backward"]([x, weights] + [None] * 18 + [mask[:3] + [False]]) == forward
+
+
 def _counts(kernels: float = 100, flops: float = 1e9, nbytes: float = 1e8, param: float = 2e7) -> OperatorCounts:
     phase = PhaseCount(kernels, 10, flops, nbytes / 2, nbytes, param)
     return OperatorCounts(32, 40, {"forward": phase, "backward": phase, "optimizer": PhaseCount(160, 0, 0, 8e7, 8e7, 8e7),

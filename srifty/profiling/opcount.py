@@ -10,7 +10,8 @@ backward, optimizer, other):
 - ``kernels``: operators that run a kernel on the device (views, allocations and the
   collectives DDP issues are not counted; the collectives are the network's, not compute's);
 - ``flops`` and ``flop_kernels``: the arithmetic of the operators ``torch.utils.flop_counter``
-  knows (matmuls, convolutions, attention) and how many they are;
+  knows (matmuls, convolutions, attention) and of fused recurrent layers (:func:`recurrent_flops`),
+  and how many they are;
 - ``flop_bytes`` / ``bytes``: the bytes those operators / all counted operators read and write
   (inputs and outputs, each tensor's own elements: an upper bound on memory traffic);
 - ``param_bytes``: the part of ``bytes`` that is parameters, their gradients and optimizer state
@@ -47,6 +48,28 @@ _NO_KERNEL = {"empty", "empty_strided", "empty_like", "detach", "alias", "lift_f
 _SYNCS = {"_local_scalar_dense", "item", "nonzero", "equal", "is_nonzero"}
 # collectives (the network's time, not compute's) and the profiler's record_function markers
 _NOT_KERNEL_NAMESPACES = {"c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler"}
+# fused recurrent layers, which torch.utils.flop_counter does not price (a CPU runs an LSTM as one
+# oneDNN operator per layer and direction; a GPU runs every RNN, LSTM and GRU as one cuDNN or MIOpen
+# operator): their arithmetic from the weights they multiply (recurrent_flops). A backward computes
+# the gradient through the inputs and hidden states, as much arithmetic as the forward, and that of
+# the weights, as much again
+_RECURRENT_FLOPS: dict[str, Callable[[Any], int]] = {
+    "mkldnn_rnn_layer": lambda a: recurrent_flops(a[0], a[1:3]),
+    "mkldnn_rnn_layer_backward": lambda a: 2 * recurrent_flops(a[0], a[1:3]),
+    "_cudnn_rnn": lambda a: recurrent_flops(a[0], a[1]),
+    "_cudnn_rnn_backward": lambda a: (1 + bool(a[21][3])) * recurrent_flops(a[0], a[1]),
+    "miopen_rnn": lambda a: recurrent_flops(a[0], a[1]),
+    "miopen_rnn_backward": lambda a: (1 + bool(a[20][3])) * recurrent_flops(a[0], a[1]),
+}
+
+
+def recurrent_flops(inputs: torch.Tensor, weights: Iterable[torch.Tensor]) -> int:
+    """The arithmetic of a fused recurrent layer's forward (or of a stack of them): every row of
+    ``inputs`` (a time step of one sequence) is multiplied, in each layer and direction, by that
+    layer's input and hidden weight matrices (the 2-D ``weights``; biases are not matrices), 2
+    flops a multiply-add. A packed or batch-first input has as many rows."""
+    rows = inputs.numel() // max(int(inputs.shape[-1]), 1)
+    return 2 * rows * sum(int(w.numel()) for w in weights if isinstance(w, torch.Tensor) and w.dim() == 2)
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
@@ -148,8 +171,9 @@ class OperatorCounter(TorchDispatchMode):
         c["bytes"] += moved
         c["param_bytes"] += sum(_nbytes(t) for t in tensors if t.numel() in self.param_numels)
         packet = getattr(func, "overloadpacket", None)
-        if packet in flop_registry:
-            flops = int(flop_registry[packet](*args, **kwargs, out_val=out))
+        if packet in flop_registry or name in _RECURRENT_FLOPS:
+            flops = (int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry
+                     else _RECURRENT_FLOPS[name](args))
             if flops > 0:
                 c["flops"] += flops
                 c["flop_kernels"] += 1
