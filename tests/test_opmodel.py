@@ -67,7 +67,7 @@ def test_a_fused_recurrent_layer_s_arithmetic_is_counted() -> None:
     backward twice that, a little more than step by step, where the gradient of the initial hidden
     state (which needs none) is not taken. A GPU's fused operators (cuDNN, MIOpen) are priced from
     the same weights: the whole stack's matrices, biases left out."""
-    from srifty.profiling.opcount import _RECURRENT_FLOPS, recurrent_flops
+    from srifty.profiling.opcount import UNPRICED_FLOPS, recurrent_flops
 
     torch.manual_seed(0)
     lstm = nn.LSTM(16, 8, num_layers=2, bidirectional=True)
@@ -94,9 +94,35 @@ def test_a_fused_recurrent_layer_s_arithmetic_is_counted() -> None:
     x = torch.randn(batch, steps, 16)
     assert recurrent_flops(x, weights) == forward
     mask = [True, True, True, True]
-    assert _RECURRENT_FLOPS["_cudnn_rnn"]([x, weights]) == forward
-    assert _RECURRENT_FLOPS["_cudnn_rnn_backward"]([x, weights] + [None] * 19 + [mask]) == 2 * forward
-    assert _RECURRENT_FLOPS["miopen_rnn_backward"]([x, weights] + [None] * 18 + [mask[:3] + [False]]) == forward
+    assert UNPRICED_FLOPS["_cudnn_rnn"]([x, weights]) == forward
+    assert UNPRICED_FLOPS["_cudnn_rnn_backward"]([x, weights] + [None] * 19 + [mask]) == 2 * forward
+    assert UNPRICED_FLOPS["miopen_rnn_backward"]([x, weights] + [None] * 18 + [mask[:3] + [False]]) == forward
+
+
+def test_a_cpu_s_fused_attention_is_counted_as_its_matmuls() -> None:
+    """On a CPU, F.scaled_dot_product_attention (and nn.MultiheadAttention through it) runs as one
+    fused operator that torch.utils.flop_counter does not price. Its forward counts the arithmetic
+    of the same attention written as matmuls: q k^T and its product with v, 2 x 2 x (batch x heads)
+    x L_q x L_k x d (the softmax and the scale are not arithmetic to it). Its backward is priced as
+    torch prices a GPU's fused attention: the four matmuls of the gradients and q k^T again, which a
+    fused kernel recomputes rather than keep."""
+    torch.manual_seed(0)
+    batch, heads, length, dim = 2, 4, 64, 32
+    q, k, v = (torch.randn(batch, heads, length, dim, requires_grad=True) for _ in range(3))
+    got = {}
+    for fused in (True, False):
+        phase = ["forward"]
+        with OperatorCounter(lambda: phase[0]) as counter:
+            if fused:
+                out = nn.functional.scaled_dot_product_attention(q, k, v)
+            else:
+                out = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dim), dim=-1) @ v
+            phase[0] = "backward"
+            out.sum().backward()
+        got[fused] = {ph: counter.counts[ph]["flops"] for ph in ("forward", "backward")}
+    forward = 2 * 2 * batch * heads * length * length * dim
+    assert got[True]["forward"] == got[False]["forward"] == forward
+    assert got[False]["backward"] == 2 * forward and got[True]["backward"] == 2.5 * forward
 
 
 def _counts(kernels: float = 100, flops: float = 1e9, nbytes: float = 1e8, param: float = 2e7) -> OperatorCounts:

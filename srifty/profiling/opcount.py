@@ -10,8 +10,8 @@ backward, optimizer, other):
 - ``kernels``: operators that run a kernel on the device (views, allocations and the
   collectives DDP issues are not counted; the collectives are the network's, not compute's);
 - ``flops`` and ``flop_kernels``: the arithmetic of the operators ``torch.utils.flop_counter``
-  knows (matmuls, convolutions, attention) and of fused recurrent layers (:func:`recurrent_flops`),
-  and how many they are;
+  knows (matmuls, convolutions, a GPU's attention), and of those it does not (``UNPRICED_FLOPS``:
+  fused recurrent layers, a CPU's attention), and how many they are;
 - ``flop_bytes`` / ``bytes``: the bytes those operators / all counted operators read and write
   (inputs and outputs, each tensor's own elements: an upper bound on memory traffic);
 - ``param_bytes``: the part of ``bytes`` that is parameters, their gradients and optimizer state
@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 PHASES = ("forward", "backward", "optimizer", "input", "other")
 FIELDS = ("kernels", "flop_kernels", "flops", "flop_bytes", "bytes", "param_bytes", "syncs")
@@ -48,18 +48,22 @@ _NO_KERNEL = {"empty", "empty_strided", "empty_like", "detach", "alias", "lift_f
 _SYNCS = {"_local_scalar_dense", "item", "nonzero", "equal", "is_nonzero"}
 # collectives (the network's time, not compute's) and the profiler's record_function markers
 _NOT_KERNEL_NAMESPACES = {"c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler"}
-# fused recurrent layers, which torch.utils.flop_counter does not price (a CPU runs an LSTM as one
-# oneDNN operator per layer and direction; a GPU runs every RNN, LSTM and GRU as one cuDNN or MIOpen
-# operator): their arithmetic from the weights they multiply (recurrent_flops). A backward computes
-# the gradient through the inputs and hidden states, as much arithmetic as the forward, and that of
-# the weights, as much again
-_RECURRENT_FLOPS: dict[str, Callable[[Any], int]] = {
+# operators torch.utils.flop_counter does not price, with their arithmetic: fused recurrent layers
+# (a CPU runs an LSTM as one oneDNN operator per layer and direction; a GPU runs every RNN, LSTM and
+# GRU as one cuDNN or MIOpen operator), from the weights they multiply (recurrent_flops), a
+# backward computing the gradient through the inputs and hidden states (as much arithmetic as the
+# forward) and that of the weights (as much again); and a CPU's fused attention
+# (F.scaled_dot_product_attention, nn.MultiheadAttention), priced as torch prices a GPU's
+UNPRICED_FLOPS: dict[str, Callable[[Any], int]] = {
     "mkldnn_rnn_layer": lambda a: recurrent_flops(a[0], a[1:3]),
     "mkldnn_rnn_layer_backward": lambda a: 2 * recurrent_flops(a[0], a[1:3]),
     "_cudnn_rnn": lambda a: recurrent_flops(a[0], a[1]),
     "_cudnn_rnn_backward": lambda a: (1 + bool(a[21][3])) * recurrent_flops(a[0], a[1]),
     "miopen_rnn": lambda a: recurrent_flops(a[0], a[1]),
     "miopen_rnn_backward": lambda a: (1 + bool(a[20][3])) * recurrent_flops(a[0], a[1]),
+    "_scaled_dot_product_flash_attention_for_cpu": lambda a: sdpa_flop_count(a[0].shape, a[1].shape, a[2].shape),
+    "_scaled_dot_product_flash_attention_for_cpu_backward":
+        lambda a: sdpa_backward_flop_count(a[0].shape, a[1].shape, a[2].shape, a[3].shape),
 }
 
 
@@ -171,9 +175,9 @@ class OperatorCounter(TorchDispatchMode):
         c["bytes"] += moved
         c["param_bytes"] += sum(_nbytes(t) for t in tensors if t.numel() in self.param_numels)
         packet = getattr(func, "overloadpacket", None)
-        if packet in flop_registry or name in _RECURRENT_FLOPS:
+        if packet in flop_registry or name in UNPRICED_FLOPS:
             flops = (int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry
-                     else _RECURRENT_FLOPS[name](args))
+                     else UNPRICED_FLOPS[name](args))
             if flops > 0:
                 c["flops"] += flops
                 c["flop_kernels"] += 1
