@@ -94,9 +94,9 @@ def test_a_fused_recurrent_layer_s_arithmetic_is_counted() -> None:
     x = torch.randn(batch, steps, 16)
     assert recurrent_flops(x, weights) == forward
     mask = [True, True, True, True]
-    assert UNPRICED_FLOPS["_cudnn_rnn"]([x, weights]) == forward
-    assert UNPRICED_FLOPS["_cudnn_rnn_backward"]([x, weights] + [None] * 19 + [mask]) == 2 * forward
-    assert UNPRICED_FLOPS["miopen_rnn_backward"]([x, weights] + [None] * 18 + [mask[:3] + [False]]) == forward
+    assert UNPRICED_FLOPS["_cudnn_rnn"]([x, weights], None) == forward
+    assert UNPRICED_FLOPS["_cudnn_rnn_backward"]([x, weights] + [None] * 19 + [mask], None) == 2 * forward
+    assert UNPRICED_FLOPS["miopen_rnn_backward"]([x, weights] + [None] * 18 + [mask[:3] + [False]], None) == forward
 
 
 def test_a_cpu_s_fused_attention_is_counted_as_its_matmuls() -> None:
@@ -123,6 +123,27 @@ def test_a_cpu_s_fused_attention_is_counted_as_its_matmuls() -> None:
     forward = 2 * 2 * batch * heads * length * length * dim
     assert got[True]["forward"] == got[False]["forward"] == forward
     assert got[False]["backward"] == 2 * forward and got[True]["backward"] == 2.5 * forward
+
+
+def test_a_grouped_matmul_is_counted_as_its_groups_matmuls() -> None:
+    """torch._grouped_mm (a mixture-of-experts layer's experts in one operator), which
+    torch.utils.flop_counter does not price, counts what its groups' matmuls would: tokens routed
+    to two experts, a batch of per-group matrices, and groups sliced along the inner dimension."""
+    torch.manual_seed(0)
+    tokens, experts = torch.randn(24, 16), torch.randn(2, 16, 32)
+    cases = [
+        (tokens, experts, [8, 24], 2 * 24 * 16 * 32),  # rows 0-7 by expert 0, rows 8-23 by expert 1
+        (torch.randn(2, 8, 16), experts, None, 2 * 2 * 8 * 16 * 32),
+        (torch.randn(8, 32), torch.randn(32, 16), [16, 32], 2 * 8 * 32 * 16),  # inner slices 0-15, 16-31
+    ]
+    for a, b, offs, flops in cases:
+        with OperatorCounter(lambda: "forward") as counter:
+            torch._grouped_mm(a, b, offs=None if offs is None else torch.tensor(offs, dtype=torch.int32))
+        assert counter.counts["forward"]["flops"] == flops, (a.shape, b.shape)
+    # the first case as two matmuls, priced by torch's own counter
+    with OperatorCounter(lambda: "forward") as counter:
+        tokens[:8] @ experts[0], tokens[8:] @ experts[1]
+    assert counter.counts["forward"]["flops"] == cases[0][3]
 
 
 def _counts(kernels: float = 100, flops: float = 1e9, nbytes: float = 1e8, param: float = 2e7) -> OperatorCounts:

@@ -11,7 +11,7 @@ backward, optimizer, other):
   collectives DDP issues are not counted; the collectives are the network's, not compute's);
 - ``flops`` and ``flop_kernels``: the arithmetic of the operators ``torch.utils.flop_counter``
   knows (matmuls, convolutions, a GPU's attention), and of those it does not (``UNPRICED_FLOPS``:
-  fused recurrent layers, a CPU's attention), and how many they are;
+  fused recurrent layers, a CPU's attention, grouped matmuls), and how many they are;
 - ``flop_bytes`` / ``bytes``: the bytes those operators / all counted operators read and write
   (inputs and outputs, each tensor's own elements: an upper bound on memory traffic);
 - ``param_bytes``: the part of ``bytes`` that is parameters, their gradients and optimizer state
@@ -48,22 +48,26 @@ _NO_KERNEL = {"empty", "empty_strided", "empty_like", "detach", "alias", "lift_f
 _SYNCS = {"_local_scalar_dense", "item", "nonzero", "equal", "is_nonzero"}
 # collectives (the network's time, not compute's) and the profiler's record_function markers
 _NOT_KERNEL_NAMESPACES = {"c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler"}
-# operators torch.utils.flop_counter does not price, with their arithmetic: fused recurrent layers
-# (a CPU runs an LSTM as one oneDNN operator per layer and direction; a GPU runs every RNN, LSTM and
-# GRU as one cuDNN or MIOpen operator), from the weights they multiply (recurrent_flops), a
-# backward computing the gradient through the inputs and hidden states (as much arithmetic as the
-# forward) and that of the weights (as much again); and a CPU's fused attention
-# (F.scaled_dot_product_attention, nn.MultiheadAttention), priced as torch prices a GPU's
-UNPRICED_FLOPS: dict[str, Callable[[Any], int]] = {
-    "mkldnn_rnn_layer": lambda a: recurrent_flops(a[0], a[1:3]),
-    "mkldnn_rnn_layer_backward": lambda a: 2 * recurrent_flops(a[0], a[1:3]),
-    "_cudnn_rnn": lambda a: recurrent_flops(a[0], a[1]),
-    "_cudnn_rnn_backward": lambda a: (1 + bool(a[21][3])) * recurrent_flops(a[0], a[1]),
-    "miopen_rnn": lambda a: recurrent_flops(a[0], a[1]),
-    "miopen_rnn_backward": lambda a: (1 + bool(a[20][3])) * recurrent_flops(a[0], a[1]),
-    "_scaled_dot_product_flash_attention_for_cpu": lambda a: sdpa_flop_count(a[0].shape, a[1].shape, a[2].shape),
+# operators torch.utils.flop_counter does not price, with their arithmetic from their inputs and
+# output: fused recurrent layers (a CPU runs an LSTM as one oneDNN operator per layer and direction;
+# a GPU runs every RNN, LSTM and GRU as one cuDNN or MIOpen operator), from the weights they
+# multiply (recurrent_flops), a backward computing the gradient through the inputs and hidden
+# states (as much arithmetic as the forward) and that of the weights (as much again); a CPU's fused
+# attention (F.scaled_dot_product_attention, nn.MultiheadAttention), priced as torch prices a GPU's;
+# and the grouped matmul of mixture-of-experts layers (torch._grouped_mm: each row of the input by
+# its group's matrix, or with both operands 2-D, each group's slice of the inner dimension)
+UNPRICED_FLOPS: dict[str, Callable[[Any, Any], int]] = {
+    "mkldnn_rnn_layer": lambda a, out: recurrent_flops(a[0], a[1:3]),
+    "mkldnn_rnn_layer_backward": lambda a, out: 2 * recurrent_flops(a[0], a[1:3]),
+    "_cudnn_rnn": lambda a, out: recurrent_flops(a[0], a[1]),
+    "_cudnn_rnn_backward": lambda a, out: (1 + bool(a[21][3])) * recurrent_flops(a[0], a[1]),
+    "miopen_rnn": lambda a, out: recurrent_flops(a[0], a[1]),
+    "miopen_rnn_backward": lambda a, out: (1 + bool(a[20][3])) * recurrent_flops(a[0], a[1]),
+    "_scaled_dot_product_flash_attention_for_cpu": lambda a, out: sdpa_flop_count(a[0].shape, a[1].shape, a[2].shape),
     "_scaled_dot_product_flash_attention_for_cpu_backward":
-        lambda a: sdpa_backward_flop_count(a[0].shape, a[1].shape, a[2].shape, a[3].shape),
+        lambda a, out: sdpa_backward_flop_count(a[0].shape, a[1].shape, a[2].shape, a[3].shape),
+    "_grouped_mm": lambda a, out: 2 * (a[0].numel() * a[1].shape[-1] if a[0].dim() == a[1].dim() == 2
+                                       else out.numel() * a[0].shape[-1]),
 }
 
 
@@ -177,7 +181,7 @@ class OperatorCounter(TorchDispatchMode):
         packet = getattr(func, "overloadpacket", None)
         if packet in flop_registry or name in UNPRICED_FLOPS:
             flops = (int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry
-                     else UNPRICED_FLOPS[name](args))
+                     else UNPRICED_FLOPS[name](args, out))
             if flops > 0:
                 c["flops"] += flops
                 c["flop_kernels"] += 1
