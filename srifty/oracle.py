@@ -38,7 +38,9 @@ class ThroughputOracle(Protocol):
     row's compute was carried, comma-separated; a recommendation's ``parts`` then say where its
     compute and communication came from; without them, its parts give the figures alone). An
     oracle may also have ``predict_mixes`` (ModelOracle.predict_mixes): the solver then predicts
-    the mixes it would show as they are; without it, their figures are composed."""
+    the mixes it would show as they are; without it, their figures are composed. And it may have
+    ``unpredictable`` (ModelOracle.unpredictable): the solver then leaves those types out before it
+    asks for the grid; without it, it finds them when the grid fails."""
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame": ...
 
@@ -141,6 +143,17 @@ class ModelOracle:
                 self.notes.append(note)
         return out
 
+    def unpredictable(self, types: Sequence[str], batch: float) -> dict[str, str]:
+        """The instance types among ``types`` whose compute at ``batch`` cannot be had (none profiled
+        it and nothing carries it there: no spec figures), each with the reason."""
+        out = {}
+        for t in types:
+            try:
+                self.builder.compute_ms(str(t), float(batch))
+            except SriftyError as exc:
+                out[str(t)] = exc.message
+        return out
+
     def predict_mixes(self, rows: "pd.DataFrame") -> "pd.DataFrame":
         """The one prediction path's figures for mixes of two types, each group at its own per-worker
         batch (columns :data:`MIX_COLUMNS`, as recommend splits a global batch): iteration_ms,
@@ -222,6 +235,26 @@ class CachedOracle:
         """ModelOracle.predict_mixes, kept on disk as the homogeneous rows are."""
         return self._cached(rows, MIX_COLUMNS, "predict_mixes", FIGURES)[0]
 
+    def unpredictable(self, types: Sequence[str], batch: float) -> dict[str, str]:
+        """ModelOracle.unpredictable, kept on disk as the predictions are (a run that finds none
+        such loads no model to learn it)."""
+        import numpy as np
+        import pandas as pd
+
+        asked = pd.DataFrame({"unpredictable_at": float(batch), "instance_type": [str(t) for t in types]})
+        path = self._path(asked, list(asked.columns))
+        if path.exists():
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    return dict(zip((str(t) for t in z["types"]), (str(r) for r in z["reasons"])))
+            except (OSError, KeyError, ValueError):
+                pass
+        if self._inner is None:
+            self._inner = self.make()
+        out = self._inner.unpredictable(types, batch)
+        _save(path, types=np.array(list(out), dtype=str), reasons=np.array(list(out.values()), dtype=str))
+        return out
+
     def _cached(self, rows: "pd.DataFrame", keys: Sequence[str], method: str,
                 columns: Sequence[str]) -> tuple["pd.DataFrame", list[str]]:
         """The wrapped oracle's ``method`` on ``rows`` (keyed by their ``keys`` columns): from the
@@ -232,6 +265,12 @@ class CachedOracle:
         if path.exists():
             try:
                 with np.load(path, allow_pickle=False) as z:
+                    if "error" in z.files:  # these rows could not be predicted: said again, no model loaded
+                        message, hint, code = (str(x) for x in z["error"])
+                        failed = SriftyError(message, hint or None)
+                        failed.exit_code = int(code)
+                        self.hit = True
+                        raise failed
                     out = rows.copy()
                     for c in columns:
                         out[c] = z[c]
@@ -244,18 +283,29 @@ class CachedOracle:
                 pass
         if self._inner is None:
             self._inner = self.make()
-        out = getattr(self._inner, method)(rows)
-        notes = list(getattr(self._inner, "notes", []))
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp.npz")
-            np.savez(tmp, **{c: out[c].to_numpy(dtype=float) for c in columns},
-                     **{c: out[c].to_numpy().astype(str) for c in self.TEXT_COLUMNS},
-                     notes=np.array(notes, dtype=str))
-            tmp.replace(path)
-        except OSError:
-            pass
+            out = getattr(self._inner, method)(rows)
+        except SriftyError as exc:  # as much a function of the key as a prediction: kept too
+            _save(path, error=np.array([exc.message, exc.hint or "", str(exc.exit_code)], dtype=str))
+            raise
+        notes = list(getattr(self._inner, "notes", []))
+        _save(path, **{c: out[c].to_numpy(dtype=float) for c in columns},
+              **{c: out[c].to_numpy().astype(str) for c in self.TEXT_COLUMNS}, notes=np.array(notes, dtype=str))
         return out, notes
+
+
+def _save(path: Path, **arrays: Any) -> None:
+    """Write ``arrays`` to the cache file ``path`` atomically (a cache that cannot be written is
+    only slower)."""
+    import numpy as np
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, **arrays)
+        tmp.replace(path)
+    except OSError:
+        pass
 
 
 # The code whose changes change a cached prediction (part of the prediction cache's key).

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from srifty import simulate
 from srifty.simulate import Link
 
-from conftest import ROOT, run_srifty
+from conftest import PROFILES, ROOT, run_srifty
 
 POLLUX = ROOT / "profiles/pollux"
 
@@ -1511,6 +1511,59 @@ def test_transfer_method_names_how_compute_was_carried(emu_catalog: Any) -> None
     half = JobProfile("m", [run], param_count=1_000_000, cpu_factors={"emu.small": 4.0})
     assert FeatureBuilder(half, emu_catalog).transfer_method("emu.large") == "spec-speed"
     assert {"cpu-factors", "spec-speed"} <= set(COMPUTE_TRANSFERS)
+
+
+def test_a_gpu_without_spec_figures_is_not_carried_to_by_its_host_s_cpus() -> None:
+    """The catalog knows p6-b300's B300 by name only (no spec row, tests/test_catalog.py). Its
+    192 vCPUs are no measure of its compute: no job is carried to it, from a CPU profile or a GPU
+    one. predict says so; recommend leaves the type out with that note and keeps the others."""
+    from srifty.catalog import Catalog
+    from srifty.features import hardware_of
+
+    cat = Catalog.default()
+    b300, b200, cpu = (hardware_of(cat, t) for t in ("p6-b300.48xlarge", "p6-b200.48xlarge", "c5.2xlarge"))
+    assert b300.speed_for("tf32") is None and b200.speed_for("tf32") > 0 and cpu.speed_for(None) == 8.0
+    for profile in (PROFILES / "local" / "cnn_resnet.json", PROFILES / "h200" / "cnn_resnet"):
+        res = run_srifty("predict", "--profile", str(profile), "--config", "1xp6-b300.48xlarge:1")
+        assert res.returncode != 0 and "Cannot transfer cnn_resnet's compute time to p6-b300.48xlarge" in res.stderr
+    res = run_srifty("recommend", "--profile", str(PROFILES / "local" / "cnn_resnet.json"), "--instance-types",
+                     "p6-*", "--budget", "400", "--json")
+    doc = json.loads(res.stdout)
+    assert any(n.startswith("p6-b300.48xlarge left out: Cannot transfer") for n in doc["notes"])
+    assert {t for r in doc["recommendations"] for t in r["batch_split"]} == {"p6-b200.48xlarge"}
+
+
+def test_the_prediction_cache_keeps_what_cannot_be_predicted(tmp_path: Path) -> None:
+    """Which types the job's compute cannot be carried to, and a grid that fails for one, are as much
+    a function of the cache's key as a prediction: a second run learns them from the cache, with
+    no model loaded, and says the same."""
+    import pandas as pd
+
+    from srifty import model as m
+    from srifty.errors import SriftyError
+    from srifty.oracle import CachedOracle, ModelOracle, load_inputs
+
+    job, cat = load_inputs([str(PROFILES / "local" / "cnn_resnet.json")], None)
+    made: list[int] = []
+
+    def make() -> ModelOracle:
+        made.append(1)
+        return ModelOracle(job, cat, m.load(m.SHIPPED_MODEL))
+
+    types = ["g5.xlarge", "p6-b300.48xlarge"]
+    grid = pd.DataFrame({"instance_type": types, "workers_per_node": [1, 1], "nodes": [1, 1],
+                         "local_batch_size": [32.0, 32.0]})
+    answers = []
+    for _ in range(2):
+        cached = CachedOracle(make, {"test": 1}, 32, tmp_path)
+        skip = cached.unpredictable(types, 32)
+        with pytest.raises(SriftyError) as failed:
+            cached.predict_rows(grid)
+        answers.append((skip, failed.value.message, failed.value.hint))
+    assert answers[0] == answers[1] and len(made) == 1
+    assert list(answers[0][0]) == ["p6-b300.48xlarge"]
+    assert answers[0][0]["p6-b300.48xlarge"] == answers[0][1]  # the same reason either way
+    assert cached.predict_rows(grid.head(1)).iteration_ms.iloc[0] > 0 and len(made) == 2
 
 
 def test_compute_from_the_same_gpu_is_taken_as_profiled_and_takes_no_transfer_spread() -> None:

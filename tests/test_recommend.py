@@ -777,14 +777,16 @@ def test_aws_quotas_become_vcpu_limits_per_family_and_market() -> None:
 
 
 def test_only_batches_outside_the_profiled_ones_are_called_extrapolated() -> None:
-    """A row at the profiled batch whose interval a network prior widens is not extrapolated in
-    the batch; a row at another batch is."""
-    base = ["recommend", "--profile", str(ROOT / "profiles" / "local" / "cnn_resnet.json"), "--budget", "12", "--top", "3"]
+    """cnn_resnet profiled on one H200 at batches 32-512, carried to the other GPUs by the speed
+    ratio: a row at a profiled batch whose interval a network prior widens is not extrapolated in
+    the batch; a row at a batch past them is."""
+    base = ["recommend", "--profile", str(ROOT / "profiles" / "h200" / "cnn_resnet"), "--budget", "12", "--top", "3"]
     at = run_srifty(*base, "--batch-size", "32")
-    beyond = run_srifty(*base, "--batch-size", "64")
+    beyond = run_srifty(*base, "--batch-size", "1024")
     assert at.returncode == 0 and beyond.returncode == 0, at.stderr + beyond.stderr
     assert "lie outside the batch" not in at.stderr
-    assert "per-worker batches 64-64 (on 1 instance type) lie outside the batch 32 profiled on local" in beyond.stderr
+    assert "per-worker batches 1024-1024 (on 59 instance types) lie outside the batches 32-512 profiled on " \
+           "p5en.48xlarge" in beyond.stderr
 
 
 def test_recommend_says_what_would_measure_a_network_nobody_measured(tmp_path) -> None:

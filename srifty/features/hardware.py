@@ -109,7 +109,9 @@ class Hardware:
             return flops ** w * self.mem_gbytes_per_s ** (1.0 - w)
         if flops:
             return flops
-        return self.cpu_share
+        # a CPU host's cores; a GPU whose spec sheet srifty lacks has no speed to carry compute by
+        # (its host's vCPUs say nothing of it)
+        return None if self.gpu_name else self.cpu_share
 
 
 def conv_share_or_unknown(conv_share: float | None) -> float:

@@ -117,6 +117,17 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
                 rows.append((t, w, n, float(b), False))
         rows += [(t, slots, 1, b, True) for b in more]
     grid = pd.DataFrame(rows, columns=["instance_type", "workers_per_node", "nodes", "local_batch_size", "curve"])
+
+    def none_left() -> SriftyError:
+        return SriftyError("The latency model cannot predict any instance type that passes the filters.",
+                           " ".join(notes[:3]))
+
+    if hasattr(oracle, "unpredictable"):  # types nothing carries the job's compute to: said and left out first
+        skip = oracle.unpredictable(sorted(set(grid["instance_type"])), b_ref)
+        notes.extend(f"{t} left out: {why}" for t, why in skip.items())
+        grid = grid[~grid["instance_type"].isin(list(skip))].reset_index(drop=True)
+        if grid.empty:
+            raise none_left()
     try:
         out = oracle.predict_rows(grid)
     except SriftyError:  # some type cannot be predicted: find which, say so, go on without it
@@ -129,8 +140,7 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
                 notes.append(f"{t} left out: {exc.message}")
         grid = grid[grid["instance_type"].isin(keep_types)].reset_index(drop=True)
         if grid.empty:
-            raise SriftyError("The latency model cannot predict any instance type that passes the filters.",
-                              " ".join(notes[:3])) from None
+            raise none_left() from None
         out = oracle.predict_rows(grid)
     curve = out[out["curve"]].drop(columns="curve").reset_index(drop=True)
     out = out[~out["curve"]].drop(columns="curve").reset_index(drop=True)
