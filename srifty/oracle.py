@@ -145,13 +145,13 @@ class ModelOracle:
 
     def unpredictable(self, types: Sequence[str], batch: float) -> dict[str, str]:
         """The instance types among ``types`` whose compute at ``batch`` cannot be had (none profiled
-        it and nothing carries it there: no spec figures), each with the reason."""
+        it and nothing carries it there: no spec figures), each with the reason and what to do."""
         out = {}
         for t in types:
             try:
                 self.builder.compute_ms(str(t), float(batch))
             except SriftyError as exc:
-                out[str(t)] = exc.message
+                out[str(t)] = str(exc)
         return out
 
     def predict_mixes(self, rows: "pd.DataFrame") -> "pd.DataFrame":
