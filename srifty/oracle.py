@@ -243,17 +243,18 @@ class CachedOracle:
 
         asked = pd.DataFrame({"unpredictable_at": float(batch), "instance_type": [str(t) for t in types]})
         path = self._path(asked, list(asked.columns))
-        if path.exists():
-            try:
-                with np.load(path, allow_pickle=False) as z:
-                    return dict(zip((str(t) for t in z["types"]), (str(r) for r in z["reasons"])))
-            except (OSError, KeyError, ValueError):
-                pass
-        if self._inner is None:
-            self._inner = self.make()
-        out = self._inner.unpredictable(types, batch)
+        z = _load(path)
+        if z is not None and {"types", "reasons"} <= z.keys():
+            return dict(zip((str(t) for t in z["types"]), (str(r) for r in z["reasons"])))
+        out = self._wrapped().unpredictable(types, batch)
         _save(path, types=np.array(list(out), dtype=str), reasons=np.array(list(out.values()), dtype=str))
         return out
+
+    def _wrapped(self) -> Any:
+        """The wrapped oracle, built on the first cache miss."""
+        if self._inner is None:
+            self._inner = self.make()
+        return self._inner
 
     def _cached(self, rows: "pd.DataFrame", keys: Sequence[str], method: str,
                 columns: Sequence[str]) -> tuple["pd.DataFrame", list[str]]:
@@ -262,29 +263,23 @@ class CachedOracle:
         import numpy as np
 
         path = self._path(rows, keys)
-        if path.exists():
-            try:
-                with np.load(path, allow_pickle=False) as z:
-                    if "error" in z.files:  # these rows could not be predicted: said again, no model loaded
-                        message, hint, code = (str(x) for x in z["error"])
-                        failed = SriftyError(message, hint or None)
-                        failed.exit_code = int(code)
-                        self.hit = True
-                        raise failed
-                    out = rows.copy()
-                    for c in columns:
-                        out[c] = z[c]
-                    for c in self.TEXT_COLUMNS:
-                        out[c] = z[c].astype(object)
-                    notes = [str(n) for n in z["notes"]]
-                self.hit = True
-                return out, notes
-            except (OSError, KeyError, ValueError):
-                pass
-        if self._inner is None:
-            self._inner = self.make()
+        z = _load(path)
+        if z is not None and "error" in z:  # these rows could not be predicted: said again, no model loaded
+            message, hint, code = (str(x) for x in z["error"])
+            failed = SriftyError(message, hint or None)
+            failed.exit_code = int(code)
+            self.hit = True
+            raise failed
+        if z is not None and {*columns, *self.TEXT_COLUMNS, "notes"} <= z.keys():
+            out = rows.copy()
+            for c in columns:
+                out[c] = z[c]
+            for c in self.TEXT_COLUMNS:
+                out[c] = z[c].astype(object)
+            self.hit = True
+            return out, [str(n) for n in z["notes"]]
         try:
-            out = getattr(self._inner, method)(rows)
+            out = getattr(self._wrapped(), method)(rows)
         except SriftyError as exc:  # as much a function of the key as a prediction: kept too
             _save(path, error=np.array([exc.message, exc.hint or "", str(exc.exit_code)], dtype=str))
             raise
@@ -292,6 +287,20 @@ class CachedOracle:
         _save(path, **{c: out[c].to_numpy(dtype=float) for c in columns},
               **{c: out[c].to_numpy().astype(str) for c in self.TEXT_COLUMNS}, notes=np.array(notes, dtype=str))
         return out, notes
+
+
+def _load(path: Path) -> "dict[str, Any] | None":
+    """The arrays of the cache file ``path`` (None where there is none, or it cannot be read: the
+    figures are then computed again)."""
+    import numpy as np
+
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError):
+        return None
 
 
 def _save(path: Path, **arrays: Any) -> None:
