@@ -137,7 +137,7 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
                 oracle.predict_rows(grid[grid["instance_type"] == t].head(1))
                 keep_types.append(t)
             except SriftyError as exc:
-                notes.append(f"{t} left out: {exc.message}")
+                notes.append(f"{t} left out: {exc}")  # the reason and what to do, as above
         grid = grid[grid["instance_type"].isin(keep_types)].reset_index(drop=True)
         if grid.empty:
             raise none_left() from None
