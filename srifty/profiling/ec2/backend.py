@@ -66,6 +66,16 @@ from srifty.profiling.ec2.userdata import user_data
 from srifty.profiling.launcher import LaunchPlan, ProfileRequest, ProfilingBackend, ProgressFn
 from srifty.profiling.project_bundle import ProjectBundle
 
+_STDERR_LOCK = threading.Lock()
+
+
+def log_line(msg: str) -> None:
+    """One line on stderr, written whole: each instance type's run logs from its own thread, and
+    print() writes a line and its newline apart, so two lines could run together."""
+    with _STDERR_LOCK:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+
 
 class Ec2Backend(ProfilingBackend):
     """Profiles on EC2 instances launched for the purpose and terminated afterwards."""
@@ -92,7 +102,7 @@ class Ec2Backend(ProfilingBackend):
         self.ami_name_pattern = ami_name_pattern
         self.ami_owner = ami_owner
         self.on_poll = on_poll  # test hook: called at every poll with (instance type, attempt)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.log = log or log_line
         self.registry = InstanceRegistry()
         self.run_id: str | None = None  # the run launch_all started last
         self._stop = threading.Event()
