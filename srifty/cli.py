@@ -331,6 +331,8 @@ def show_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     for s in summaries:
         if s["status"] == "partial":
             click.echo(f"note: {s['path']} is partial: {s['partial_reason']}", err=True)
+        for warning in s.get("warnings") or ():  # what the profiler said when it wrote the profile
+            click.echo(f"warning: {s['path']}: {warning}", err=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,6 +57,10 @@ def test_show_table_and_json() -> None:
     res = run_srifty("show", str(PROFILES / "local"))
     assert res.returncode == 0, res.stderr
     assert "cnn_resnet" in res.stdout and "Allreduce" in res.stdout
+    # what the profiler warned of when it wrote a profile is said again under the table
+    mlp = json.loads((PROFILES / "local" / "mlp_recsys.json").read_text())["warnings"]
+    assert mlp and all(f"warning: {PROFILES / 'local' / 'mlp_recsys.json'}: {w}" in res.stderr for w in mlp)
+    assert "cnn_resnet.json:" not in res.stderr  # it has none
     res = run_srifty("show", str(PROFILES / "local"), "--json")
     doc = json.loads(res.stdout)
     assert doc["schema"] == 1
