@@ -279,6 +279,14 @@ def test_missing_script(tmp_path: Path) -> None:
     _assert_clean_error(res, "does not exist")
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the machine has the GPU the script asks for")
+def test_a_gpu_script_on_a_cpu_is_told_how_to_run_on_either(tmp_path: Path, no_orphans) -> None:
+    res = run_srifty("profile", str(SCRIPTS / "asks_for_cuda.py"), "--nproc", "1", "--out", str(tmp_path / "p.json"))
+    _assert_clean_error(res, "asked for a GPU that its machine does not have", "not compiled with CUDA enabled. ",
+                        "torch.cuda.is_available() else 'gloo'", "*A GPU script on a CPU*")
+    no_orphans("asks_for_cuda.py")
+
+
 def test_script_that_raises_keeps_partial_profile(tmp_path: Path, no_orphans) -> None:
     out = tmp_path / "raises.json"
     res = run_srifty("profile", str(SCRIPTS / "raises.py"), *QUICK, "--out", str(out))

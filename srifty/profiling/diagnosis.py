@@ -1,7 +1,7 @@
 """Why a profiling run failed, in words a user can act on: interrupted, hung at start-up or
-mid-run, past the time cap, a rank's exception (out of memory, or the first error that is not a
-peer's dropped connection), a worker killed by the kernel, or a script that never completed an
-iteration (no forward through DDP, no backward, no optimizer step).
+mid-run, past the time cap, a rank's exception (out of memory, a GPU or NCCL the machine lacks, or
+the first error that is not a peer's dropped connection), a worker killed by the kernel, or a
+script that never completed an iteration (no forward through DDP, no backward, no optimizer step).
 """
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ def diagnose_failure(
 
 
 
+# what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them
+NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are available", "nccl built in",
+                "processgroupnccl is only supported with gpus", "cuda driver initialization failed")
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending as a sentence does, so that the hint after it reads as the next one."""
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
 def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome) -> ProfilingFailed:
     script = request.script or "the job"
     peer_words = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "gloo", "nccl", "socket")
@@ -81,8 +91,17 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
                 "The per-worker batch does not fit: try a smaller --batch-size (srifty passes it as SRIFTY_BATCH_SIZE), "
                 "or fewer workers per machine with --nproc.",
             )
+        if any(w in text.lower() for w in NO_GPU_WORDS):
+            return ProfilingFailed(
+                f"Rank {rank} of {script} asked for a GPU that its machine does not have: {_sentence(first_line)}",
+                "srifty profiles on CPUs too and carries a CPU profile to every GPU: let the script take its "
+                "device and its process group's backend from what the machine has, e.g. `device = "
+                "torch.device('cuda' if torch.cuda.is_available() else 'cpu')` and "
+                "`dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')` (docs/profiling.md, "
+                "*A GPU script on a CPU*).",
+            )
         return ProfilingFailed(
-            f"Rank {rank} of {script} failed with {first_line}",
+            f"Rank {rank} of {script} failed with {_sentence(first_line)}",
             "Fix the script (its full traceback is in the workers' output, or run it under `torchrun`), "
             "then profile again.",
         )
