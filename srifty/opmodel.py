@@ -8,9 +8,10 @@ step on the target GPU as
 
     step = host + launch x kernels + device_factor x device + host_factor x host_input
 
-- ``kernels``: the kernels one step launches on a GPU (forward, backward and the loss as counted;
-  the optimizer's per-parameter operators as PyTorch's multi-tensor ``foreach`` kernels, which a
-  CUDA optimizer uses by default; loading the batch runs on the host, not the GPU);
+- ``kernels``: the kernels one step launches on a GPU (forward, backward and the loss as counted,
+  but for a recurrent layer run step by step, one per layer and direction as cuDNN fuses it; the
+  optimizer's per-parameter operators as PyTorch's multi-tensor ``foreach`` kernels, which a CUDA
+  optimizer uses by default; loading the batch runs on the host, not the GPU);
 - ``device``: a roofline time of the counted operators on the target's spec figures: per phase
   the arithmetic operators at the peak FLOPS of the job's precision or at the memory bandwidth,
   whichever is slower, plus every other operator's bytes at the memory bandwidth;
@@ -54,6 +55,16 @@ class PhaseCount:
     flop_bytes: float
     bytes: float
     param_bytes: float
+    # the part of ``kernels`` a recurrent layer run step by step launched, and its layers times
+    # directions, which a GPU runs as one fused operator each (srifty.profiling.opcount)
+    recurrent_kernels: float = 0.0
+    recurrent_units: float = 0.0
+
+    @property
+    def gpu_kernels(self) -> float:
+        """The phase's kernels as a GPU launches them: a recurrent layer run step by step counts one
+        kernel per layer and direction, as an LSTM fused by oneDNN or cuDNN does."""
+        return max(self.kernels - self.recurrent_kernels, 0.0) + self.recurrent_units
 
     def at(self, scale: float) -> "PhaseCount":
         """The phase at ``scale`` x the counted batch: arithmetic and activation bytes in proportion,
@@ -62,7 +73,7 @@ class PhaseCount:
         moved = self.param_bytes + activation * scale
         flop_share = self.flop_bytes / self.bytes if self.bytes else 0.0
         return PhaseCount(self.kernels, self.flop_kernels, self.flops * scale, moved * flop_share, moved,
-                          self.param_bytes)
+                          self.param_bytes, self.recurrent_kernels, self.recurrent_units)
 
     def device_s(self, peak_flops: float, bytes_per_s: float) -> float:
         """Roofline seconds on a device of ``peak_flops`` FLOP/s and ``bytes_per_s``."""
@@ -86,7 +97,8 @@ class OperatorCounts:
         if not batch:
             return None
         phases = {name: PhaseCount(*(float(p.get(k) or 0) for k in ("kernels", "flop_kernels", "flops", "flop_bytes",
-                                                                   "bytes", "param_bytes")))
+                                                                   "bytes", "param_bytes", "recurrent_kernels",
+                                                                   "recurrent_units")))
                   for name, p in doc["phases"].items()}
         for name in ("forward", "backward", "optimizer", "input", "other"):
             phases.setdefault(name, PhaseCount(0, 0, 0, 0, 0, 0))
@@ -94,8 +106,9 @@ class OperatorCounts:
 
     def gpu_kernels(self, phase: str) -> float:
         """Kernels ``phase`` launches on a GPU: as counted, except the optimizer's, whose
-        per-parameter operators a CUDA optimizer runs as foreach kernels over many tensors."""
-        k = self.phases[phase].kernels
+        per-parameter operators a CUDA optimizer runs as foreach kernels over many tensors, and a
+        recurrent layer run step by step, which a GPU runs fused (:attr:`PhaseCount.gpu_kernels`)."""
+        k = self.phases[phase].gpu_kernels
         if phase != "optimizer" or self.param_tensors <= 1:
             return k
         per_tensor = k / self.param_tensors

@@ -1,10 +1,15 @@
-"""The in-worker recorder: its progress file is written by a flusher thread and by the main
-thread (at a stop, on failure, on SIGTERM); the two must never trip over each other."""
+"""The in-worker recorder: its progress file, written by a flusher thread and by the main thread
+(at a stop, on failure, on SIGTERM), which must never trip over each other; and what its hooks
+read off each forward (the batch)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
 
 from srifty.profiling.instrument import Recorder, WorkerSettings
 
@@ -22,3 +27,60 @@ def test_final_flush_never_races_the_flusher_thread(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "rank0.json").read_text())
     assert doc["rank"] == 0 and doc["world_size"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["rank0.json"]  # no temporary file left behind
+
+
+def _transformer(batch_first: bool) -> nn.Module:
+    layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=batch_first)
+    return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+
+@pytest.mark.parametrize("layers, shape, batch", [
+    ("gru", (12, 6), 6),               # (sequence, batch) tokens into a sequence-first GRU
+    ("gru-batch-first", (6, 12), 6),   # (batch, sequence) into one that takes the batch first
+    ("transformer", (12, 6, 16), 6),   # nn.TransformerEncoder's default layout is sequence first
+    ("transformer-batch-first", (6, 12, 16), 6),
+    ("gru", (6, 6), 6),                # as long as it is wide: either reading is the batch
+    ("mlp", (6, 16), 6),               # no layer that says: the first dimension
+    ("detector", (3, 20, 24), 5),      # a list of 5 images of 3 x 20 x 24, as torchvision's detection models take
+    ("two-inputs", (3, 6, 16), 3),     # a tuple of inputs is not a list of samples: the first one's first dimension
+])
+def test_the_batch_is_read_off_the_forward_s_inputs_and_its_layers(
+        tmp_path: Path, layers: str, shape: tuple[int, ...], batch: int) -> None:
+    class Lm(nn.Module):
+        def __init__(self, batch_first: bool) -> None:
+            super().__init__()
+            self.embed, self.rnn = nn.Embedding(50, 16), nn.GRU(16, 8, batch_first=batch_first)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.rnn(self.embed(tokens))[0]
+
+    class Detector(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+
+        def forward(self, images: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:
+            return self.conv(torch.stack(list(images))).sum((1, 2, 3))
+
+    model = {"gru": lambda: Lm(False), "gru-batch-first": lambda: Lm(True), "mlp": lambda: nn.Linear(16, 4),
+             "transformer": lambda: _transformer(False), "transformer-batch-first": lambda: _transformer(True),
+             "detector": Detector, "two-inputs": lambda: Detector()}[layers]()
+    model._srifty_hook_registered = True  # a stand-in for the DDP module: no communication hook to place
+    rec = Recorder(WorkerSettings(out_dir=str(tmp_path)))
+    if layers == "detector":
+        x = [torch.randn(*shape) for _ in range(batch)]
+    elif layers == "two-inputs":
+        x = (torch.randn(3, 20, 24), torch.randn(3, 20, 24))
+    else:
+        x = torch.randint(0, 50, shape) if len(shape) == 2 and layers != "mlp" else torch.randn(*shape)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    for _ in range(3):  # the first forward reads the layout; the later ones take the batch from it
+        rec.hooks.on_forward_pre(model, (x,), {})
+        model(x)
+        rec.hooks.on_forward_post(model, (x,), None)
+        seen.append(rec._open.batch_size)
+        rec.hooks.on_step_pre(opt, (), {})
+        rec.hooks.on_step_post(opt, (), {})
+    assert seen == [batch] * 3
+    assert rec.hooks._layout is None  # the global hook on every layer is gone

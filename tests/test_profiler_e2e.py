@@ -216,6 +216,67 @@ def test_autocast_makes_the_profile_mixed_precision(tmp_path: Path) -> None:
     assert (job["grad_dtype"], job["autocast_dtype"], job["precision"]) == ("float32", "bfloat16", "amp")
 
 
+def test_a_sequence_first_model_s_batch_is_its_tokens_second_dimension(tmp_path: Path) -> None:
+    """An RNN language model fed (sequence 12, batch 6) tokens: the profile records batch 6 (its
+    throughput and operator counts per sample with it), not 12, and does not blame the script; and
+    the kernels its GRU launched step by step apart from the rest."""
+    out = tmp_path / "lm.json"
+    res = run_srifty("profile", str(SCRIPTS / "sequence_first.py"), *QUICK, "--batch-size", "6", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["job"]["local_batch_size"] == 6 and doc["job"]["operators"]["batch_size"] == 6
+    assert not any("was requested" in w for w in doc["warnings"])
+    assert {it["batch_size"] for r in doc["ranks"] for it in r["iterations"]} == {6}
+    # its GRU ran step by step on the CPU: those kernels are kept apart, a GPU runs the layer fused
+    for phase in ("forward", "backward"):
+        counted = doc["job"]["operators"]["phases"][phase]
+        assert counted["recurrent_units"] == 1 and counted["kernels"] > counted["recurrent_kernels"] > 12
+    summary = doc["summary"]
+    world = doc["cluster"]["world_size"]
+    assert summary["throughput_samples_per_s"] == pytest.approx(world * 6 / (summary["iteration_ms"]["median"] / 1e3))
+
+
+def test_a_compiled_model_is_profiled_and_says_its_operators_were_not_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile around the DDP module: counting its operators would break the compiled
+    backward (an internal assert inside the user's step), so the profile is timed without the count
+    and says so, and a GPU is not predicted from it; under TORCHDYNAMO_DISABLE=1, as the warning
+    advises, the script runs eagerly and its operators are counted."""
+    compiled = tmp_path / "compiled.json"
+    res = run_srifty("profile", str(SCRIPTS / "compiled.py"), *QUICK, "--out", str(compiled))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(compiled.read_text())
+    assert doc["status"] == "complete" and doc["job"]["operators"] is None
+    assert doc["job"]["forward_flops"] > 0 and any("torch.compile" in w for w in doc["warnings"])
+    res = run_srifty("predict", "--profile", str(compiled), "--config", "1xg5.xlarge:1")
+    assert res.returncode != 0 and "TORCHDYNAMO_DISABLE=1" in res.stderr
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    eager = tmp_path / "eager.json"
+    res = run_srifty("profile", str(SCRIPTS / "compiled.py"), *QUICK, "--out", str(eager))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(eager.read_text())
+    assert doc["job"]["operators"]["phases"]["backward"]["kernels"] > 0
+    assert not any("torch.compile" in w for w in doc["warnings"])
+
+
+def test_two_ddp_models_are_profiled_with_a_warning_of_what_is_one_model_s(tmp_path: Path) -> None:
+    """A GAN wraps two models in DDP; srifty's figures are those of a job of one (the first model's
+    gradients, an iteration per optimizer step), and the profile says so and what to do."""
+    out = tmp_path / "gan.json"
+    res = run_srifty("profile", str(SCRIPTS / "two_models.py"), *QUICK, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["job"]["param_count"] == 8 * 32 + 32 + 32 * 16 + 16  # the generator's, built first
+    warning = next(w for w in doc["warnings"] if "DistributedDataParallel" in w)
+    assert "wraps 2 models" in warning and "call srifty.step() once per step" in warning
+    assert doc["job"]["ddp_models"] == 2
+    # predict says so of a step across workers, where the allreduce counts, and not of one worker alone
+    res = run_srifty("predict", "--profile", str(out), "--config", "2xc5.2xlarge", "--config", "1xc5.2xlarge:1")
+    assert res.returncode == 0, res.stderr
+    said = [line for line in res.stderr.splitlines() if "trains 2 DDP models" in line]
+    assert said and all(line.startswith("warning: 2xc5.2xlarge") for line in said)
+
+
 def test_precision_of_a_job() -> None:
     from srifty.profiling.launcher import job_precision, tf32_flop_share
 

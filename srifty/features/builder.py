@@ -17,7 +17,8 @@ from srifty.features.job import LOOSE_PROFILE_CI, JobProfile, _bytes_per_param
 from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
-                                   overlap_checked_note, overlap_fitted_note, prior_network_note)
+                                   overlap_checked_note, overlap_fitted_note, prior_network_note,
+                                   several_models_note)
 from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowBatch, RowEstimate, WorkerLayout, group_batches
 from srifty.opmodel import GpuStepModel
 from srifty.simulate import Link
@@ -292,6 +293,8 @@ class FeatureBuilder(WorkerCompute):
                         notes.append(note)
             if self.grad_bytes_estimated and sum(wpn_all) > 1:
                 notes.append(gradient_estimated_note(gb))
+            if self.job.ddp_models > 1 and sum(wpn_all) > 1:
+                notes.append(several_models_note(self.job.model, self.job.ddp_models))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             step_low, step_high, overlap = batch_low, batch_high, "none"

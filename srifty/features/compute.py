@@ -76,6 +76,8 @@ class WorkerCompute:
         fa, fb = self.job.cpu_factors.get(a), self.job.cpu_factors.get(b)
         if fa and fb:
             return 1.0 / fa, 1.0 / fb
+        if bool(self.hardware(a).gpu_name) != bool(self.hardware(b).gpu_name):
+            return None  # no spec figure compares a CPU host with a GPU: the operator count carries one
         sa, sb = transfer_speeds(self.hardware(a), self.hardware(b), self.job.precision, self.job.conv_flop_share)
         if sa is None or sb is None:
             return None
@@ -308,6 +310,14 @@ class WorkerCompute:
         if self.by_operators(instance_type):
             return self.operator_step_ms(instance_type, batch)[0], True, self.operator_note(instance_type, batch)
         got = self._transfer(instance_type, batch, self.curve, "compute")
+        if got is None and self.job.operators is None and self.hardware(instance_type).gpu_name and not any(
+                self.hardware(t).gpu_name for t in self.job.instance_types):
+            raise SriftyError(
+                f"Cannot carry {self.job.model}'s compute from the CPU it was profiled on to {instance_type}'s "
+                "GPU: the profile has no operator count (it was recorded before srifty counted operators, or "
+                "the script runs torch.compile, whose compiled code srifty does not count).",
+                "Profile the script again with this srifty (under TORCHDYNAMO_DISABLE=1 where it uses "
+                f"torch.compile: its operators are then counted as they run eagerly), or profile it on {instance_type}.")
         if got is None:
             raise SriftyError(
                 f"Cannot transfer {self.job.model}'s compute time to {instance_type}: no spec figures to compare "

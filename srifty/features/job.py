@@ -1,5 +1,4 @@
-"""What srifty knows about one model from its profiles (:class:`JobProfile`), read from profile
-files and corpora."""
+"""What srifty knows about one model from its profile files and corpora (:class:`JobProfile`)."""
 
 from __future__ import annotations
 
@@ -163,6 +162,7 @@ class JobProfile:
     conv_flop_share: float | None = None  # the share of those FLOPs in convolutions (profiler or trace)
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
     memory: tuple[MemoryFootprint, ...] = ()  # one worker's tensor memory, per profiled batch (srifty.features.memory)
+    ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are the first's
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -320,6 +320,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.param_count = job.param_count or j.get("param_count")
         job.grad_bytes = job.grad_bytes or j.get("grad_bytes")
         job.precision = job.precision or j.get("precision")
+        job.ddp_models = max(job.ddp_models, int(j.get("ddp_models") or 1))
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:

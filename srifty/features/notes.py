@@ -68,6 +68,14 @@ def gradient_estimated_note(grad_bytes: float) -> str:
             "the other three 15-25% too fast; docs/latency-model.md, section 4); give param_count or grad_bytes "
             "when importing (srifty profile records them)")
 
+def several_models_note(model: str, ddp_models: int) -> str:
+    """Said of a multi-worker estimate for a job whose script trains several DDP models."""
+    return (f"{model}'s script trains {ddp_models} DDP models (a GAN's networks, say) and its profile counted the "
+            "first one's gradients: the allreduce simulated is that model's alone, so the step across workers is "
+            "likely longer than predicted (srifty profiles a job of one DDP model; docs/profiling.md, *Marking "
+            "iterations*)")
+
+
 def readable_ms(ms: float) -> str:
     """A time in a note: whole milliseconds from 100 up, three significant figures below; never in
     exponent form (1,166, not 1.17e+03)."""

@@ -2,10 +2,12 @@
 
 :func:`srifty.profiling.instrument.install` patches ``DistributedDataParallel.__init__`` to call
 :meth:`DdpHooks.attach_ddp` on every DDP module (forward pre/post hooks: iteration boundaries,
-forward time, per-worker batch size), wraps ``torch.autograd.backward`` (backward wall time) and
-registers the global optimizer step hooks (optimizer time). Gradient buckets are timed by a
-communication hook wrapping DDP's own allreduce, or the user's hook. The hooks write into the
-recorder's open iteration (:mod:`srifty.profiling.recorder` holds that state and closes it).
+forward time, per-worker batch size: the first dimension of the forward's first input, its second
+where a sequence-first recurrent or attention layer inside takes that as its batch, or the length
+of a list of images), wraps ``torch.autograd.backward`` (backward wall time) and registers the
+global optimizer step hooks (optimizer time). Gradient buckets are timed by a communication hook
+wrapping DDP's own allreduce, or the user's hook. The hooks write into the recorder's open
+iteration (:mod:`srifty.profiling.recorder` holds that state and closes it).
 """
 
 from __future__ import annotations
@@ -14,16 +16,34 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
+import torch
+from torch import nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.utils.rnn import PackedSequence
 
 from srifty.profiling.modelmath import math_precision
-from srifty.profiling.timing import _Bucket, _first_batch_dim, _OpenIteration
+from srifty.profiling.timing import _Bucket, _first_batch_dim, _first_tensor, _listed_samples, _OpenIteration
 
 if TYPE_CHECKING:
     from srifty.profiling.recorder import Recorder
 
 _ORIGINAL_DDP_INIT = DistributedDataParallel.__init__
 _ORIGINAL_REGISTER_COMM_HOOK = DistributedDataParallel.register_comm_hook
+# layers whose ``batch_first`` says where their input's batch is: sequence first (dimension 1)
+# unless it is set, as in PyTorch's default for recurrent and attention layers
+LAYOUT_LAYERS = (nn.RNNBase, nn.MultiheadAttention)
+
+
+def sequence_first_batch(module: Any, args: Any) -> int | None:
+    """The batch a sequence-first recurrent or attention layer is called with, None for any other
+    call (another module, ``batch_first=True``, an unbatched input)."""
+    if not isinstance(module, LAYOUT_LAYERS) or getattr(module, "batch_first", True) or not args:
+        return None
+    x = args[0]
+    if isinstance(x, PackedSequence):
+        return int(x.batch_sizes[0])
+    return int(x.shape[1]) if isinstance(x, torch.Tensor) and x.dim() == 3 else None
 
 
 class DdpHooks:
@@ -31,9 +51,13 @@ class DdpHooks:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
+        # while the first forward runs: the global hook that watches its layers, the shape of the
+        # forward's first input, and the batch a sequence-first layer inside saw
+        self._layout: tuple[Any, tuple[int, ...], list[int]] | None = None
 
     def attach_ddp(self, ddp: DistributedDataParallel) -> None:
         recorder = self.recorder
+        recorder.ddp_models += 1
         params = [p for p in ddp.module.parameters() if p.requires_grad]
         recorder._ddp = weakref.ref(ddp)
         if not recorder._param_numels:
@@ -72,13 +96,43 @@ class DdpHooks:
         if it is None:
             it = recorder._open = _OpenIteration(start=mark)
         it.forwards += 1
-        bs = _first_batch_dim((args, kwargs))
+        bs = _first_batch_dim(args, kwargs, recorder.batch_dim or 0)
         if bs is not None and it.batch_size is None:
             it.batch_size = bs  # the per-worker (micro-)batch of this iteration's first forward
+        if recorder.batch_dim is None and self._layout is None and _listed_samples(args) is None:
+            self._watch_layout(_first_tensor((args, kwargs)))
         recorder._fwd_started = mark
+
+    def _watch_layout(self, first_input: Any) -> None:
+        """Watch the first forward's layers for one that takes its batch second (sequence first)."""
+        seen: list[int] = []
+
+        def on_layer(module: Any, args: Any) -> None:
+            batch = None if seen else sequence_first_batch(module, args)
+            if batch is not None:
+                seen.append(batch)
+
+        shape = tuple(first_input.shape) if first_input is not None else ()
+        self._layout = (register_module_forward_pre_hook(on_layer), shape, seen)
+
+    def _read_layout(self) -> None:
+        """After the first forward: where a sequence-first layer saw a batch that is not the first
+        dimension of the forward's input but its second, the input is sequence first too (an RNN
+        language model's (sequence, batch) tokens) and its second dimension is the batch."""
+        if self._layout is None:
+            return
+        handle, shape, seen = self._layout
+        self._layout = None
+        handle.remove()
+        recorder = self.recorder
+        sequence_first = bool(seen) and len(shape) >= 2 and shape[0] != seen[0] == shape[1]
+        recorder.batch_dim = 1 if sequence_first else 0
+        if sequence_first and recorder._open is not None:
+            recorder._open.batch_size = seen[0]
 
     def on_forward_post(self, module: Any, args: Any, output: Any) -> None:
         recorder = self.recorder
+        self._read_layout()
         counted = recorder._flops.stop()
         if counted is not None:
             recorder.model.update(counted)

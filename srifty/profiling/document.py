@@ -72,8 +72,22 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     if request.batch_size and detected and detected != request.batch_size:
         warnings.append(
             f"--batch-size {request.batch_size} was requested but the model saw batches of {detected}: "
-            "the script does not read SRIFTY_BATCH_SIZE (or --batch-size); the profile records the batch it saw."
+            "the script does not read SRIFTY_BATCH_SIZE (or --batch-size); the profile records the batch it saw "
+            "(the first dimension of the model's first input, the second where a recurrent or attention "
+            "layer inside takes its input sequence first, or the length of a list of images)."
         )
+    ddp_models = max((int(r.get("ddp_models") or 0) for r in ranks), default=0)
+    if ddp_models > 1:
+        warnings.append(
+            f"the script wraps {ddp_models} models in DistributedDataParallel (a GAN's two networks, say), and "
+            "srifty profiles a job of one: its gradients (job.param_count, grad_bytes, buckets) are the first "
+            "model's, so steps across workers are predicted with too little to allreduce, and an iteration "
+            "ends at the first forward after an optimizer step"
+            + ("." if any(r.get("explicit_api") for r in ranks) else
+               ", which may be part of a training step: call srifty.step() once per step to mark them.")
+        )
+    if model.get("operators_not_counted"):
+        warnings.append(model["operators_not_counted"])
     if summary and achieved is not None and achieved > request.target_rel_ci:
         warnings.append(
             f"the median iteration time is known to +/-{achieved:.1%} (95% CI), looser than the "
@@ -115,6 +129,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "memory": model.get("memory"),
             "bucket_cap_mb": model.get("bucket_cap_mb"),
             "buckets": layout,
+            "ddp_models": ddp_models,  # the figures above are the first one's
         },
         "cluster": cluster,
         "environment": profile.environment_info(

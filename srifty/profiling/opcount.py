@@ -16,7 +16,12 @@ backward, optimizer, other):
   (inputs and outputs, each tensor's own elements: an upper bound on memory traffic);
 - ``param_bytes``: the part of ``bytes`` that is parameters, their gradients and optimizer state
   (tensors of a parameter's size), which does not grow with the batch;
-- ``syncs``: operators that make the host wait for the device (``.item()`` and the like).
+- ``syncs``: operators that make the host wait for the device (``.item()`` and the like);
+- ``recurrent_kernels`` and ``recurrent_units``: the part of ``kernels`` that ran inside a
+  recurrent layer run step by step (a CPU runs a GRU or an RNN so, an LSTM so where oneDNN is off;
+  the backward's, by the autograd nodes the layer's forward created), and that layer's layers times
+  directions per call, forward and backward: a GPU runs each such layer as one cuDNN operator
+  (srifty.opmodel counts it as a fused LSTM's, one kernel per layer and direction).
 
 The figures go into the profile's ``job.operators`` (docs/profile-format.md); srifty.opmodel turns
 them into a step time on any GPU.
@@ -34,12 +39,18 @@ import weakref
 from typing import Any, Callable, Iterable
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 PHASES = ("forward", "backward", "optimizer", "input", "other")
-FIELDS = ("kernels", "flop_kernels", "flops", "flop_bytes", "bytes", "param_bytes", "syncs")
+FIELDS = ("kernels", "flop_kernels", "flops", "flop_bytes", "bytes", "param_bytes", "syncs", "recurrent_kernels",
+          "recurrent_units")
+# the operators of a recurrent layer run fused (a CPU's LSTM in oneDNN, every RNN on a GPU)
+FUSED_RECURRENT = {"mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn"}
+# an autograd node created inside a recurrent layer run step by step (OperatorCounter._leave_recurrent)
+RECURRENT_NODE = "srifty_recurrent"
 # operators that allocate, alias or only change metadata: no kernel runs
 _NO_KERNEL = {"empty", "empty_strided", "empty_like", "detach", "alias", "lift_fresh", "resize_", "set_",
               "_reshape_alias", "_unsafe_view", "unsqueeze_", "squeeze_", "as_strided_", "t_", "transpose_",
@@ -69,6 +80,23 @@ UNPRICED_FLOPS: dict[str, Callable[[Any, Any], int]] = {
     "_grouped_mm": lambda a, out: 2 * (a[0].numel() * a[1].shape[-1] if a[0].dim() == a[1].dim() == 2
                                        else out.numel() * a[0].shape[-1]),
 }
+
+
+# why an iteration's operators are not counted where torch.compile has run in the worker
+NOT_COUNTED_COMPILED = (
+    "the script runs code built by torch.compile, whose operators srifty does not count (counting them "
+    "breaks a compiled backward), so a CPU profile cannot be carried to a GPU: profile again under "
+    "TORCHDYNAMO_DISABLE=1 (the script then runs eagerly and its operators are counted), or on the GPU."
+)
+
+
+def compiled_frames() -> int:
+    """How many Python frames torch.compile has evaluated in this process (0 where it never ran);
+    counted from its first call, before any graph is built."""
+    import sys
+
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    return int(counters["frames"]["total"]) if counters is not None else 0
 
 
 def recurrent_flops(inputs: torch.Tensor, weights: Iterable[torch.Tensor]) -> int:
@@ -107,6 +135,48 @@ class OperatorCounter(TorchDispatchMode):
         self.start_bytes = 0
         self.held_bytes = 0  # the most live right after an optimizer step (mark_held)
         self.device_type: str | None = None  # the worker's device (its parameters'): only its storages count
+        self._recurrent: list[dict[str, Any]] = []  # the recurrent layers' forwards under way (watch_recurrent)
+        self._hooks: list[Any] = []
+        self._tagged = False  # whether any autograd node was tagged RECURRENT_NODE (its backward to look for)
+
+    def watch_recurrent(self, modules: Iterable[Any]) -> None:
+        """Follow the forwards of the recurrent layers among ``modules`` (the model's), to count the
+        kernels of those that run step by step apart; the hooks go when the count ends."""
+        for m in modules:
+            if isinstance(m, nn.RNNBase):
+                self._hooks += [m.register_forward_pre_hook(self._enter_recurrent),
+                                m.register_forward_hook(self._leave_recurrent)]
+
+    def __exit__(self, *exc: Any) -> Any:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        return super().__exit__(*exc)
+
+    def _enter_recurrent(self, module: Any, args: Any) -> None:
+        # the autograd nodes the layer's inputs come from: where its own nodes end
+        self._recurrent.append({"kernels": 0, "fused": False,
+                                "before": [t.grad_fn for t in _tensors(args) if t.grad_fn is not None]})
+
+    def _leave_recurrent(self, module: Any, args: Any, output: Any) -> None:
+        region = self._recurrent.pop() if self._recurrent else None
+        if region is None or region["fused"] or not region["kernels"]:
+            return
+        units = int(module.num_layers) * (2 if module.bidirectional else 1)
+        c = self.counts[self.phase_of()]
+        c["recurrent_kernels"] += region["kernels"]
+        c["recurrent_units"] += units
+        todo = [t.grad_fn for t in _tensors(output) if t.grad_fn is not None]
+        if todo:
+            self.counts["backward"]["recurrent_units"] += units
+        seen = {id(node) for node in region["before"]}  # held alive by the region while it is read
+        while todo:  # the nodes the layer's forward created: their backward kernels are the layer's
+            node = todo.pop()
+            if id(node) in seen or type(node).__name__ == "AccumulateGrad":
+                continue
+            seen.add(id(node))
+            node.metadata[RECURRENT_NODE] = self._tagged = True
+            todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
 
     def track(self, tensors: Iterable[torch.Tensor]) -> None:
         """Count the storages of ``tensors`` as live until they are freed (each storage once,
@@ -176,6 +246,12 @@ class OperatorCounter(TorchDispatchMode):
         tensors = _tensors((args, kwargs)) + _tensors(out)
         moved = sum(_nbytes(t) for t in tensors)
         c["kernels"] += 1
+        for region in self._recurrent:
+            region["kernels"] += 1
+            region["fused"] = region["fused"] or name in FUSED_RECURRENT
+        node = torch._C._current_autograd_node() if self._tagged and not self._recurrent else None
+        if node is not None and node.metadata.get(RECURRENT_NODE):
+            c["recurrent_kernels"] += 1
         c["bytes"] += moved
         c["param_bytes"] += sum(_nbytes(t) for t in tensors if t.numel() in self.param_numels)
         packet = getattr(func, "overloadpacket", None)

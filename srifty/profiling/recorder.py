@@ -32,7 +32,7 @@ from srifty.profile import COUNTED_ITERATION, FIRST_TIMED_ITERATION
 from srifty.profiling.ddp_hooks import DdpHooks
 from srifty.profiling.request import MAX_ITERATIONS, MAX_SECONDS, MIN_ITERATIONS, TARGET_REL_CI
 from srifty.profiling.modelmath import _FlopCount
-from srifty.profiling.opcount import OperatorCounter
+from srifty.profiling.opcount import NOT_COUNTED_COMPILED, OperatorCounter, compiled_frames
 from srifty.profiling.timing import Clock, _OpenIteration, describe_device, iteration_record
 
 STOP_KEY = "srifty/stop_at_iteration"
@@ -90,6 +90,10 @@ class Recorder:
         self.model: dict[str, Any] = {}
         self.bucket_layout: list[dict[str, Any]] = []
         self.forward_calls = 0
+        self.ddp_models = 0  # DistributedDataParallel modules built (the model's figures are the first's)
+        # the dimension of a forward's first input that holds the batch, once the first forward's
+        # layers were watched for it (DdpHooks); None before: the first dimension is taken
+        self.batch_dim: int | None = None
         self._flops = _FlopCount()
         self._counter: OperatorCounter | None = None
         self._param_numels: list[int] = []
@@ -144,8 +148,14 @@ class Recorder:
         return "other"
 
     def _start_counting(self) -> None:
+        if compiled_frames():
+            self.model["operators_not_counted"] = NOT_COUNTED_COMPILED
+            return
         try:
             counter = OperatorCounter(self.phase, self._param_numels)
+            ddp = self._ddp() if self._ddp is not None else None
+            if ddp is not None:
+                counter.watch_recurrent(ddp.module.modules())
             counter.track_start(self._state_tensors(),
                                 [b for ref in self._bucket_storages.values() if (b := ref()) is not None])
             counter.__enter__()
@@ -300,6 +310,7 @@ class Recorder:
             "model": self.model,
             "bucket_layout": self.bucket_layout,
             "forward_calls": self.forward_calls,
+            "ddp_models": self.ddp_models,
             "backward_calls": self.backward_calls,
             "step_calls": self.step_calls,
             "explicit_api": self.explicit,

@@ -2,7 +2,8 @@
 
 The clocks (host ``perf_counter``, or CUDA events so asynchronous GPU work is timed where it
 runs), the iteration the recorder has open with its gradient buckets, the record a closed
-iteration becomes in ``rank<R>.json``, and the device a worker runs on. The recorder
+iteration becomes in ``rank<R>.json``, the batch read off a forward's inputs, and the device a
+worker runs on. The recorder
 (:mod:`srifty.profiling.recorder`) and the DDP hooks (:mod:`srifty.profiling.ddp_hooks`) fill
 these; nothing here decides anything.
 """
@@ -77,20 +78,39 @@ class _OpenIteration:
     last_bwd_start: Any = None
 
 
-def _first_batch_dim(obj: Any) -> int | None:
+def _first_tensor(obj: Any) -> Any:
+    """The first tensor with a dimension in a forward's (args, kwargs), depth first."""
     if isinstance(obj, torch.Tensor):
-        return int(obj.shape[0]) if obj.dim() > 0 else None
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            found = _first_batch_dim(item)
-            if found is not None:
-                return found
-    if isinstance(obj, dict):
-        for item in obj.values():
-            found = _first_batch_dim(item)
-            if found is not None:
-                return found
+        return obj if obj.dim() > 0 else None
+    items = obj if isinstance(obj, (list, tuple)) else obj.values() if isinstance(obj, dict) else ()
+    for item in items:
+        found = _first_tensor(item)
+        if found is not None:
+            return found
     return None
+
+
+def _listed_samples(args: Any) -> int | None:
+    """The length of a forward's first positional argument where it is a list of samples of three
+    or more dimensions each (images, as torchvision's detection models take their batch), else
+    None."""
+    first = args[0] if isinstance(args, (list, tuple)) and args else None
+    if isinstance(first, list) and first and all(isinstance(t, torch.Tensor) and t.dim() >= 3 for t in first):
+        return len(first)
+    return None
+
+
+def _first_batch_dim(args: Any, kwargs: Any, dim: int = 0) -> int | None:
+    """The batch of a forward's inputs: the number of samples where they come as a list
+    (:func:`_listed_samples`), else dimension ``dim`` of their first tensor (its first where it has
+    no such dimension)."""
+    listed = _listed_samples(args)
+    if listed is not None:
+        return listed
+    found = _first_tensor((args, kwargs))
+    if found is None:
+        return None
+    return int(found.shape[dim] if found.dim() > dim else found.shape[0])
 
 
 def iteration_record(it: _OpenIteration, end_mark: Any, clock: Clock, index: int) -> dict[str, Any]:

@@ -127,6 +127,10 @@ def _grid(oracle: ThroughputOracle, offers: Offers, c: Constraints, notes: list[
         notes.extend(f"{t} left out: {why}" for t, why in skip.items())
         grid = grid[~grid["instance_type"].isin(list(skip))].reset_index(drop=True)
         if grid.empty:
+            first, why = next(iter(skip.items()))
+            if len(skip) > 1 and all(w.replace(t, first) == why for t, w in skip.items()):  # one reason for all
+                raise SriftyError(f"The latency model cannot predict any of the {len(skip)} instance types that "
+                                  f"pass the filters, for one reason. For {first}: {why}")
             raise none_left()
     try:
         out = oracle.predict_rows(grid)
