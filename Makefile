@@ -37,7 +37,7 @@ profiles:
 # One-worker CPU profiles of the examples at the batches profiles/h200 holds, and of the Pollux
 # trace's models at one batch each (about 12 minutes): the CPU side of the CPU-to-GPU transfer
 # check (docs/ACCURACY.md, "From a CPU profile to a GPU")
-BATCHES ?= cnn_resnet:32,128,512 transformer_lm:8,32,128 mlp_recsys:256,1024,4096
+BATCHES ?= cnn_resnet:32,128,512 transformer_lm:8,32,128 mlp_recsys:256,1024,4096 rnn_lm:16,64,256
 POLLUX_BATCHES ?= cifar10:32 imagenet:20 ncf:256
 profiles-cpu:
 	for spec in $(BATCHES); do m=$${spec%%:*}; mkdir -p profiles/cpu/$$m; \

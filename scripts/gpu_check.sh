@@ -12,7 +12,7 @@ set -u
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
 PY=${PY:-python3}
 TYPE=${TYPE:-p5en.48xlarge}
-BATCHES=${BATCHES:-"cnn_resnet:32,128,512 transformer_lm:8,32,128 mlp_recsys:256,1024,4096"}
+BATCHES=${BATCHES:-"cnn_resnet:32,128,512 transformer_lm:8,32,128 mlp_recsys:256,1024,4096 rnn_lm:16,64,256"}
 SECONDS_EACH=${SECONDS_EACH:-6}
 S="$PY -m srifty"
 mkdir -p "$OUT/profiles"

@@ -1,5 +1,6 @@
 """The Pollux trace's models as example scripts build (examples/pollux_models.py): their parameter
-counts are those the trace's provenance states, and a step of each trains."""
+counts are those the trace's provenance states, and a step of each trains. And the recurrent
+example's shipped CPU profiles (examples/rnn_lm.py): the batch asked for, the GRU counted apart."""
 
 from __future__ import annotations
 
@@ -50,3 +51,23 @@ def test_a_deepspeech2_step_trains_on_its_synthetic_utterances(pollux_models: An
     loss = pollux_models.CtcLoss()(log_probs, labels)
     loss.backward()
     assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
+
+
+def test_the_recurrent_example_s_cpu_profiles_record_its_batch_and_its_gru() -> None:
+    """examples/rnn_lm.py feeds its GRU (sequence, batch) tokens; profiles/cpu/rnn_lm (make
+    profiles-cpu) holds one profile per batch asked for, each recorded at that batch, with the
+    GRU's step-by-step kernels apart from the rest and its two layers as the GPU's fused units."""
+    import json
+
+    vocab, embed, hidden = 10_000, 256, 512
+    gru = 3 * hidden * (embed + hidden) + 3 * hidden * (hidden + hidden) + 2 * 2 * 3 * hidden  # two layers
+    params = vocab * embed + gru + hidden * vocab + vocab
+    paths = sorted((ROOT / "profiles" / "cpu" / "rnn_lm").glob("b*.json"))
+    assert [p.name for p in paths] == ["b16.json", "b256.json", "b64.json"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        assert doc["job"]["local_batch_size"] == doc["job"]["requested_batch_size"] == int(path.stem[1:])
+        assert doc["job"]["param_count"] == params
+        for phase in ("forward", "backward"):
+            counted = doc["job"]["operators"]["phases"][phase]
+            assert counted["recurrent_units"] == 2 and counted["recurrent_kernels"] > 35 * 10
