@@ -16,7 +16,7 @@ from srifty.catalog import Catalog
 from srifty.configspec import ClusterConfig, NodeGroup
 from srifty.errors import SriftyError
 from srifty.features import (GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, left_out_notes,
-                             loose_profile_note)
+                             loose_profile_note, several_models_note)
 from srifty.model import MODEL_CODE, PART_SOURCES, UNCALIBRATED_NOTE, LatencyModel, catalog_for_jobs, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,6 +119,10 @@ class ModelOracle:
         several = (X["world_size"].to_numpy(dtype=float) > 1).any()
         if several and self.builder.grad_bytes_estimated and self.builder.grad_bytes:
             note = gradient_estimated_note(self.builder.grad_bytes)
+            if note not in self.notes:
+                self.notes.append(note)
+        if several and self.job.ddp_models > 1:
+            note = several_models_note(self.job.model, self.job.ddp_models)
             if note not in self.notes:
                 self.notes.append(note)
         out = _with_figures(rows, table)

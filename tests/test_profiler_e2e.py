@@ -275,6 +275,11 @@ def test_two_ddp_models_are_profiled_with_a_warning_of_what_is_one_model_s(tmp_p
     assert res.returncode == 0, res.stderr
     said = [line for line in res.stderr.splitlines() if "trains 2 DDP models" in line]
     assert said and all(line.startswith("warning: 2xc5.2xlarge") for line in said)
+    # and recommend, whose configurations of several workers all carry it, says it once
+    res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.*", "--json")
+    assert res.returncode == 0, res.stderr
+    notes = json.loads(res.stdout)["notes"]
+    assert sum("trains 2 DDP models" in n for n in notes) == 1
 
 
 def test_precision_of_a_job() -> None:
