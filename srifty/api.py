@@ -24,7 +24,7 @@ from srifty.capacity import SpotScore, capacity_limits, read_spot_scores, spot_g
 from srifty.catalog import Catalog
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig, parse_config
-from srifty.errors import SriftyError
+from srifty.errors import SriftyError, sentence
 from srifty.features import JobProfile, load_allreduce_rows, load_collectives, load_corpus, with_type_batches
 from srifty.importer import ImportResult
 from srifty.launch import LaunchReport, launch
@@ -269,7 +269,7 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
         try:
             scores = read_spot_scores(ec2_client, region, groups)
         except SriftyError as exc:
-            say(f"warning: {exc.message} {exc.hint} The ranking stands; it never depends on these scores.")
+            say(f"warning: {sentence(str(exc))} The ranking stands; it never depends on these scores.")
     return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat), scores)
 
 

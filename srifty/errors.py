@@ -25,8 +25,14 @@ class SriftyError(Exception):
 
     def __str__(self) -> str:
         if self.hint:
-            return f"{self.message} {self.hint}"
+            return f"{sentence(self.message)} {self.hint}"
         return self.message
+
+
+def sentence(text: str) -> str:
+    """``text`` ending as a sentence does, so that what follows it reads as the next one (a
+    message that ends with a value it quotes gets its full stop)."""
+    return text if text.rstrip().endswith((".", "!", "?")) else text.rstrip() + "."
 
 
 class ProfileFormatError(SriftyError):

@@ -70,6 +70,21 @@ def _write(path: Path, doc: Any) -> Path:
     return path
 
 
+# --------------------------------------------------------------------------- one paragraph
+
+
+def test_an_error_s_hint_reads_as_the_next_sentence() -> None:
+    """A message that ends with what it quotes (an OS error, a path) gets its full stop before the
+    hint; one that ends as a sentence, or has no hint, is shown as written."""
+    from srifty.errors import SriftyError
+
+    assert str(SriftyError("Cannot read x.yaml: [Errno 2] No such file or directory: 'x.yaml'", "Check the path.")) \
+        == "Cannot read x.yaml: [Errno 2] No such file or directory: 'x.yaml'. Check the path."
+    assert str(SriftyError("Nothing was written.", "Give --out.")) == "Nothing was written. Give --out."
+    assert str(SriftyError("Did you mean 'g5.xlarge'?", "See `srifty catalog list`.")).count("?.") == 0
+    assert str(SriftyError("a refusal without a hint: 'x'")) == "a refusal without a hint: 'x'"
+
+
 # --------------------------------------------------------------------------- outputs never clobber inputs
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srifty.errors import ProfilingFailed
+from srifty.errors import ProfilingFailed, sentence
 from srifty.profiling.request import ProfileRequest
 from srifty.profiling.supervisor import RunOutcome
 
@@ -63,15 +63,9 @@ def diagnose_failure(
     return None
 
 
-
 # what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them
 NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are available", "nccl built in",
                 "processgroupnccl is only supported with gpus", "cuda driver initialization failed")
-
-
-def _sentence(text: str) -> str:
-    """``text`` ending as a sentence does, so that the hint after it reads as the next one."""
-    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome) -> ProfilingFailed:
@@ -93,7 +87,7 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
             )
         if any(w in text.lower() for w in NO_GPU_WORDS):
             return ProfilingFailed(
-                f"Rank {rank} of {script} asked for a GPU that its machine does not have: {_sentence(first_line)}",
+                f"Rank {rank} of {script} asked for a GPU that its machine does not have: {sentence(first_line)}",
                 "srifty profiles on CPUs too and carries a CPU profile to every GPU: let the script take its "
                 "device and its process group's backend from what the machine has, e.g. `device = "
                 "torch.device('cuda' if torch.cuda.is_available() else 'cpu')` and "
@@ -101,7 +95,7 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
                 "*A GPU script on a CPU*).",
             )
         return ProfilingFailed(
-            f"Rank {rank} of {script} failed with {_sentence(first_line)}",
+            f"Rank {rank} of {script} failed with {sentence(first_line)}",
             "Fix the script (its full traceback is in the workers' output, or run it under `torchrun`), "
             "then profile again.",
         )
