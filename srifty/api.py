@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from srifty import importer, model
 from srifty import profile as profile_file
-from srifty.capacity import SpotScore, capacity_limits, read_spot_scores, spot_groups
+from srifty.capacity import capacity_limits, read_spot_scores, spot_groups
 from srifty.catalog import Catalog
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError, sentence
-from srifty.features import JobProfile, load_allreduce_rows, load_collectives, load_corpus, with_type_batches
+from srifty.features import (JobProfile, default_batch, default_batch_note, load_allreduce_rows, load_collectives,
+                             load_corpus, with_type_batches)
 from srifty.importer import ImportResult
 from srifty.launch import LaunchReport, launch
 from srifty.model import Prediction, Predictor
@@ -39,7 +40,7 @@ from srifty.profiling.ec2.cleanup import cleanup as ec2_cleanup
 from srifty.profiling.launcher import ProfileRequest, get_backend
 from srifty.oracle import (PREDICTION_CODE, CachedOracle, ModelOracle, default_model_path, file_identity,
                            load_inputs, load_predictor)
-from srifty.solver import Constraints, MeasurementAdvice, Objective, Result, measurement_advice, solve
+from srifty.solver import Constraints, Objective, RecommendOutcome, measurement_advice, solve
 
 if TYPE_CHECKING:  # pragma: no cover
     from srifty.validate import HeldOutCheck
@@ -152,8 +153,7 @@ def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tup
     job, cat = load_inputs(list(profiles), Catalog.default(catalog_path) if catalog_path else None, with_emulated=True)
     for w in getattr(cat, "warnings", []) or []:
         say(f"warning: {w}")
-    default_b = max((r.local_batch_size for r in job.runs if r.world_size == min(x.world_size for x in job.runs)),
-                    default=None)
+    default_b = default_batch(r.local_batch_size for r in job.runs)
     rows = []
     for i, item in enumerate(configs):
         config, b = item if isinstance(item, tuple) else (item, None)
@@ -166,51 +166,16 @@ def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tup
             raise SriftyError(f"{exc.message}{where[i] if i < len(where) else ''}", exc.hint) from None
         rows.append((config, batch))
     rows = with_type_batches(rows, type_batches, cat, row_type_batches, where)
+    defaulted = local_batch_size is None and any(not isinstance(c, tuple) or c[1] is None for c in configs)
+    measured = [r.local_batch_size for r in job.runs]
+    note = default_batch_note(default_b, measured, "--local-batch-size (-b)") if defaulted and default_b else None
+    if note:
+        say(f"note: {note}")
     predictor = load_predictor(model_path, lambda msg: say(f"note: {msg}"))
     if predictor is None:
         raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",
                           "Drop --model to use the cached one, or give a file from `srifty fit`.")
     return predictor.in_placement_group(placement_group).predict(job, cat, rows)
-
-
-@dataclass
-class RecommendOutcome:
-    """What ``srifty recommend`` found: the ranked result, the job it was for, the model used, and
-    the measurement that would settle a transferred pick."""
-
-    result: Result
-    job: JobProfile
-    catalog: Catalog
-    model_file: str | None  # None: the simulator alone
-    advice: MeasurementAdvice | None
-    # AWS's spot placement scores of the spot groups of the first rows (``spot_scores=True``)
-    spot_scores: list[SpotScore] | None = None
-
-    def row_spot_score(self, config: str) -> int | None:
-        """The lowest score among ``config``'s spot groups (None: none of them was scored)."""
-        by_group = {(s.instance_type, s.nodes): s.score for s in self.spot_scores or []}
-        found = [by_group[(g.instance_type, g.count)] for g in parse_config(config).groups
-                 if g.spot and by_group.get((g.instance_type, g.count)) is not None]
-        return min(found) if found else None
-
-    def spot_score_sentence(self) -> str | None:
-        """What the scores say, for the terminal: every group scored, and for a chosen row with a
-        low score, what to do about it."""
-        if not self.spot_scores:
-            return None
-        region = self.spot_scores[0].region
-        parts = ", ".join(f"{s.nodes} x {s.instance_type} {s.score if s.score is not None else 'none'}"
-                          for s in self.spot_scores)
-        text = f"spot placement scores in {region} (AWS, 1 = unlikely to be filled now, 10 = highly likely): {parts}."
-        chosen = self.result.chosen
-        low = [s for s in self.spot_scores if s.low and any(
-            g.spot and (g.instance_type, g.count) == (s.instance_type, s.nodes) for g in parse_config(chosen.config).groups)]
-        if low:
-            limits = ",".join(f"{s.instance_type}@spot={s.nodes - 1}" for s in low)
-            text += (f" The chosen {chosen.config} needs {', '.join(f'{s.nodes} x {s.instance_type}' for s in low)} "
-                     f"on spot, which scores low: `--available {limits}` ranks what a smaller request would give, "
-                     "and `--no-spot` ranks on demand only.")
-        return text
 
 
 def recommend(profiles: Sequence[str], constraints: Constraints, objective: Objective | str | None = None,
@@ -257,6 +222,9 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
     oracle: Any = make() if identity is None else CachedOracle(make, identity, probe.default_local_batch())
     chosen_objective = Objective(objective) if isinstance(objective, str) else objective
     result = solve(oracle, cat, constraints, chosen_objective, top=top)
+    if not (constraints.local_batch_size or constraints.global_batch_size):  # every row at the default batch
+        note = default_batch_note(probe.default_local_batch(), [r.local_batch_size for r in job.runs], "--batch-size")
+        result.notes[sum(x is not None for x in (result.near_tie, result.slow_end)):0] = [note] if note else []
     scores = None
     groups = spot_groups(r.config for r in result.recommendations) if spot_scores else []
     if spot_scores and not groups:

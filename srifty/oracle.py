@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 from srifty.catalog import Catalog
 from srifty.configspec import ClusterConfig, NodeGroup
 from srifty.errors import SriftyError
-from srifty.features import (GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, gradient_estimated_note, left_out_notes,
-                             loose_profile_note, several_models_note)
+from srifty.features import (GRADIENT_UNKNOWN_NOTE, LOOSE_PROFILE_CI, default_batch, gradient_estimated_note,
+                             left_out_notes, loose_profile_note, several_models_note)
 from srifty.model import MODEL_CODE, PART_SOURCES, UNCALIBRATED_NOTE, LatencyModel, catalog_for_jobs, predict_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,10 +66,7 @@ class ModelOracle:
         self.notes: list[str] = []
 
     def default_local_batch(self) -> int:
-        counts: dict[int, int] = {}
-        for r in self.job.runs:
-            counts[r.local_batch_size] = counts.get(r.local_batch_size, 0) + 1
-        return max(sorted(counts), key=lambda b: counts[b])
+        return int(default_batch(r.local_batch_size for r in self.job.runs) or 0)
 
     def predict_rows(self, rows: "pd.DataFrame") -> "pd.DataFrame":
         """The figures of :func:`srifty.model.predict_table` for homogeneous rows, plus what the

@@ -34,6 +34,31 @@ def test_predict_returns_what_the_command_prints() -> None:
     assert api.predict([CNN], []) == []  # nothing asked, nothing predicted
 
 
+def test_predict_and_recommend_take_one_default_batch_and_say_which() -> None:
+    """profiles/h200/cnn_resnet holds one run at each of 32, 128 and 512: without a batch, predict
+    and recommend both take the smallest of those tied and say so; given one, neither says it."""
+    from srifty.features import default_batch
+
+    assert default_batch([32, 128, 512]) == 32 and default_batch([16] * 17 + [32] * 5) == 16
+    assert default_batch([64, 8, 64, 8, 256]) == 8 and default_batch([]) is None
+    h200 = str(PROFILES / "h200" / "cnn_resnet")
+    said: list[str] = []
+    [p] = api.predict([h200], ["1xp5en.48xlarge:1"], say=said.append)
+    assert p.local_batch_size == 32
+    assert [s for s in said if "per-worker batch 32" in s and "32, 128, 512" in s and "(-b)" in s]
+    outcome = api.recommend([h200], api.Constraints(budget_per_hour=200, heterogeneous=False), top=3)
+    assert {b for r in outcome.result.recommendations for b in r.batch_split.values()} == {32}
+    assert sum("per-worker batch 32" in n and "--batch-size" in n for n in outcome.result.notes) == 1
+    said.clear()
+    api.predict([h200], ["1xp5en.48xlarge:1"], local_batch_size=128, say=said.append)
+    outcome = api.recommend([h200], api.Constraints(budget_per_hour=200, heterogeneous=False, local_batch_size=128),
+                            top=3)
+    assert not [n for n in said + outcome.result.notes if "per-worker batch" in n]
+    said.clear()
+    api.predict([CNN], ["1xp5en.48xlarge:1"], say=said.append)  # one batch profiled: nothing to say
+    assert not [n for n in said if "per-worker batch" in n]
+
+
 def test_library_errors_name_the_configuration() -> None:
     from srifty.errors import SriftyError
 

@@ -259,7 +259,7 @@ Without --model: the model shipped with srifty ($SRIFTY_MODEL: another file).
 @click.option("--configs", "configs_csv", type=click.Path(dir_okay=False),
               help="CSV with a config column and optionally local_batch_size and batch_split (TYPE=BATCH;... : "
                    "each type's own batch, as `recommend --csv` writes it).")
-@click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profile's).")
+@click.option("--local-batch-size", "-b", type=params.BATCH, help="Per-worker batch size (default: the profiled batch; of several, the one most runs measured).")
 @click.option("--type-batch", "type_batch_texts", multiple=True, metavar="TYPE=BATCH",
               help="Every worker of TYPE at this per-worker batch instead (a mix's types at their own batches, "
                    "as a plan of `recommend` starts them); repeat it, or join them with commas.")

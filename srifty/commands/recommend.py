@@ -167,7 +167,7 @@ def plot_front(result: Any, path: str) -> None:
               "them carries 10 Gbit/s, not 5 (AWS's limits), which speeds networks without EFA.")
 @click.option("--instance-types", metavar="GLOB[,GLOB]", help="Only these instance types, e.g. 'g5.*,p3.*'.")
 @click.option("--global-batch-size", type=params.whole(1, params.MAX_BATCH * params.MAX_NODES), help="Keep this global batch (split across workers by speed; no configuration of more GPUs than samples).")
-@click.option("--batch-size", "local_batch", type=params.BATCH, help="Per-worker batch (default: the profile's).")
+@click.option("--batch-size", "local_batch", type=params.BATCH, help="Per-worker batch (default: the profiled batch; of several, the one most runs measured).")
 @click.option("--top", type=params.whole(), default=10, show_default=True, help="Rows in the ranked table.")
 @click.option("--pareto", "show_pareto", is_flag=True, help="Also print the Pareto front of throughput vs $/h.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")

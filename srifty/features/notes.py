@@ -76,6 +76,19 @@ def several_models_note(model: str, ddp_models: int) -> str:
             "iterations*)")
 
 
+def default_batch_note(batch: int, measured: Sequence[int], option: str) -> str | None:
+    """Said where no per-worker batch was given and the profiles hold several: which one is taken
+    (:func:`srifty.features.rows.default_batch`) and how to choose. None where they hold one."""
+    batches = sorted(set(int(b) for b in measured))
+    if len(batches) < 2:
+        return None
+    held = (", ".join(f"{b:,}" for b in batches) if len(batches) <= 6 else
+            f"{len(batches)} batches from {batches[0]:,} to {batches[-1]:,}")
+    return (f"per-worker batch {batch:,}: the profiles were measured at {held}, and without {option} srifty takes "
+            f"the one the most runs measured (the smallest of those tied); give {option} for the batch you will "
+            "train with")
+
+
 def readable_ms(ms: float) -> str:
     """A time in a note: whole milliseconds from 100 up, three significant figures below; never in
     exponent form (1,166, not 1.17e+03)."""

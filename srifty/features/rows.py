@@ -6,7 +6,8 @@ sources (:class:`RowEstimate`), and a configuration's workers and links at one b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence, Union
+from collections import Counter
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from srifty.configspec import ClusterConfig, lookup_instance_type
 from srifty.errors import SriftyError
@@ -19,6 +20,14 @@ if TYPE_CHECKING:  # pragma: no cover
 # a row's per-worker batch: one for every worker, or one per node group of its configuration (a mix
 # whose types train at their own batches, as recommend splits a global batch)
 RowBatch = Union[float, tuple[float, ...]]
+
+
+def default_batch(measured: Iterable[int]) -> int | None:
+    """The per-worker batch a row takes where none is given (predict's and recommend's alike): of
+    the batches the profiles' runs ``measured``, the one the most runs did, the smallest of those
+    tied; None without runs."""
+    counts = Counter(int(b) for b in measured)
+    return min(counts, key=lambda b: (-counts[b], b)) if counts else None
 
 
 def group_batches(config: ClusterConfig, batch: RowBatch) -> tuple[float, ...]:

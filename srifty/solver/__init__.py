@@ -13,21 +13,22 @@
 - ``infeasible``: which constraint rules everything out, and its nearest relaxation
   (:func:`explain_infeasible`).
 - ``results``: what a solve returns (:class:`Recommendation`, :class:`Result`, its findings
-  :class:`NearTie` and :class:`SlowEnd`) and :func:`measurement_advice`.
+  :class:`NearTie` and :class:`SlowEnd`), :func:`measurement_advice`, and what ``srifty recommend``
+  found (:class:`RecommendOutcome`).
 """
 
 from srifty.solver.constraints import (DEFAULT_CHECKPOINT_INTERVAL_H, DEFAULT_RESTART_OVERHEAD_H, Constraints,
                                        InfeasibleError, Objective, choose_objective)
 from srifty.solver.infeasible import FLAG, explain_infeasible
 from srifty.solver.offers import Offers, build_offers
-from srifty.solver.results import (SOURCES, MeasurementAdvice, NearTie, Recommendation, Result, SlowEnd, SlowEndMiss,
-                                   measurement_advice)
+from srifty.solver.results import (SOURCES, MeasurementAdvice, NearTie, Recommendation, RecommendOutcome, Result,
+                                   SlowEnd, SlowEndMiss, measurement_advice)
 from srifty.solver.search import solve
 from srifty.solver.space import dominance, exceeded_limits
 
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_H", "DEFAULT_RESTART_OVERHEAD_H", "Constraints", "InfeasibleError", "Objective",
     "choose_objective", "FLAG", "explain_infeasible", "Offers", "build_offers", "SOURCES", "MeasurementAdvice",
-    "NearTie", "Recommendation", "Result", "SlowEnd", "SlowEndMiss", "measurement_advice", "solve", "dominance",
+    "NearTie", "Recommendation", "RecommendOutcome", "Result", "SlowEnd", "SlowEndMiss", "measurement_advice", "solve", "dominance",
     "exceeded_limits",
 ]

@@ -7,7 +7,9 @@ tells apart and is better on the other figure (:class:`NearTie`), or constraints
 figure and not at its interval's slow end (:class:`SlowEnd`);
 :func:`measurement_advice` names the one EC2 profile that would make the chosen row's compute
 measured rather than transferred, or else its network measured rather than a prior
-(:class:`MeasurementAdvice`), what it costs, and which ranked rows it could reorder.
+(:class:`MeasurementAdvice`), what it costs, and which ranked rows it could reorder;
+:class:`RecommendOutcome` is what ``srifty recommend`` found: the result with the job, the model,
+the advice and AWS's spot placement scores.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from srifty.capacity import SpotScore
+from srifty.catalog import Catalog
+from srifty.configspec import parse_config
 from srifty.features import hardware_of
 from srifty.profiling.ec2 import billed_hours
 from srifty.profiling.launcher import ProfileRequest
@@ -376,3 +381,43 @@ class Result:
             "near_tie": None if self.near_tie is None else self.near_tie.to_dict(),
             "slow_end": None if self.slow_end is None else self.slow_end.to_dict(),
         }
+
+
+@dataclass
+class RecommendOutcome:
+    """What ``srifty recommend`` found: the ranked result, the job it was for, the model used, and
+    the measurement that would settle a transferred pick."""
+
+    result: Result
+    job: JobProfile
+    catalog: Catalog
+    model_file: str | None  # None: the simulator alone
+    advice: MeasurementAdvice | None
+    # AWS's spot placement scores of the spot groups of the first rows (``spot_scores=True``)
+    spot_scores: list[SpotScore] | None = None
+
+    def row_spot_score(self, config: str) -> int | None:
+        """The lowest score among ``config``'s spot groups (None: none of them was scored)."""
+        by_group = {(s.instance_type, s.nodes): s.score for s in self.spot_scores or []}
+        found = [by_group[(g.instance_type, g.count)] for g in parse_config(config).groups
+                 if g.spot and by_group.get((g.instance_type, g.count)) is not None]
+        return min(found) if found else None
+
+    def spot_score_sentence(self) -> str | None:
+        """What the scores say, for the terminal: every group scored, and for a chosen row with a
+        low score, what to do about it."""
+        if not self.spot_scores:
+            return None
+        region = self.spot_scores[0].region
+        parts = ", ".join(f"{s.nodes} x {s.instance_type} {s.score if s.score is not None else 'none'}"
+                          for s in self.spot_scores)
+        text = f"spot placement scores in {region} (AWS, 1 = unlikely to be filled now, 10 = highly likely): {parts}."
+        chosen = self.result.chosen
+        low = [s for s in self.spot_scores if s.low and any(
+            g.spot and (g.instance_type, g.count) == (s.instance_type, s.nodes) for g in parse_config(chosen.config).groups)]
+        if low:
+            limits = ",".join(f"{s.instance_type}@spot={s.nodes - 1}" for s in low)
+            text += (f" The chosen {chosen.config} needs {', '.join(f'{s.nodes} x {s.instance_type}' for s in low)} "
+                     f"on spot, which scores low: `--available {limits}` ranks what a smaller request would give, "
+                     "and `--no-spot` ranks on demand only.")
+        return text
