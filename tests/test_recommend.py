@@ -868,3 +868,31 @@ def test_a_mix_s_network_advice_names_the_type_whose_network_is_the_prior() -> N
     assert chosen["parts"]["network_source"] == "prior" and chosen["network_prior_types"] == ["p3.16xlarge"]
     assert advice["part"] == "network" and advice["instance_type"] == "p3.16xlarge"
     assert advice["command"] == "srifty profile --collectives --backend ec2 --nodes 2 --instance-types p3.16xlarge"
+
+
+def test_catalog_notes_on_types_in_no_row_shown_are_counted_not_said() -> None:
+    """What the catalog says of a type (a network baseline it lacks, a GPU's imputed memory
+    bandwidth) is said where a row shown, ranked or on the front, is of that type; of the others
+    only their number is."""
+    import re
+
+    from srifty.features import hardware_of
+
+    cat = Catalog.default()
+    job, mcat = oracle.load_inputs([str(ROOT / "profiles/local/cnn_resnet.json")], cat)
+    model = oracle.ModelOracle(job, mcat, None)
+    r = solver.solve(model, cat, solver.Constraints(budget_per_hour=12, max_nodes=4), top=3)
+    shown = {t for row in r.recommendations + r.pareto for t in row.batch_split}
+
+    def said_of(types: set[str]) -> set[str]:
+        return {n for t in types for n in hardware_of(cat, t).notes}
+
+    others = set(model.notes) & (said_of(set(cat.df["instance_type"]) - shown) - said_of(shown))
+    assert others and not others & set(r.notes)
+    assert set(model.notes) & said_of(shown) <= set(r.notes)
+    [count] = [n for n in r.notes if "catalog figures of instance types in no row shown" in n]
+    assert int(re.match(r"(\d+) note", count).group(1)) == len(others)
+    # a type shown: what the catalog lacks for it is said, and nothing is left out
+    r = solver.solve(model, cat, solver.Constraints(budget_per_hour=12, max_nodes=4, instance_types="p3.2xlarge"), top=3)
+    assert "p3.2xlarge: network baseline unknown, used 'up to' 10.0 Gbps" in r.notes
+    assert not any("in no row shown" in n for n in r.notes)

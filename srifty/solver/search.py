@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from srifty.catalog import Market
 from srifty.errors import SriftyError
+from srifty.features import hardware_of
 from srifty.features.memory import tight_notes
 from srifty.oracle import ThroughputOracle
 from srifty.solver.constraints import Constraints, Objective, choose_objective
@@ -243,7 +244,9 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
     if pruned:
         notes.append(f"pruned {len(pruned)} dominated offer(s) before composing (exact: each has a cheaper-or-equal, "
                      f"no-riskier, no-slower stand-in): {', '.join(pruned[:8])}" + (" …" if len(pruned) > 8 else ""))
-    notes.extend(n for n in getattr(oracle, "notes", []) if n not in notes)
+    shown = {t for r in recs + pareto for t in r.batch_split}
+    notes.extend(n for n in _on_rows_shown(getattr(oracle, "notes", []), catalog, shown, set(grid["instance_type"]))
+                 if n not in notes)
     notes.extend(tight_notes(recs[0].memory_gib, recs[0].batch_split, catalog))
     near = None
     if (tie := _near_tie(keys, feasible_idx, int(ranked[0]))) is not None:
@@ -260,6 +263,23 @@ def solve(oracle: ThroughputOracle, catalog: Any, constraints: Constraints, obje
                      "of the batch); the search composed every mix from its two types' figures")
     return Result(obj, reason, c, n_cand, len(grid) + len(curve), pruned, time.perf_counter() - t_start, model_s, recs,
                   pareto, int(len(feasible_idx)), notes, near, slow)
+
+
+def _on_rows_shown(oracle_notes: list[str], catalog: Any, shown: set[str], searched: set[str]) -> list[str]:
+    """The oracle's notes less those the catalog says of types in no row shown, ranked or on the
+    front (a network baseline it lacks, a GPU's memory bandwidth imputed): they move no figure
+    shown. A last note counts them."""
+    def said_of(types: set[str]) -> set[str]:
+        return {n for t in types for n in hardware_of(catalog, t).notes}
+
+    if not oracle_notes:
+        return []
+    others = said_of(searched - shown) - said_of(shown)
+    kept = [n for n in oracle_notes if n not in others]
+    if len(kept) < len(oracle_notes):
+        kept.append(f"{len(oracle_notes) - len(kept)} note(s) on the catalog figures of instance types in no row "
+                    "shown left out (`srifty predict --config` on such a type gives them)")
+    return kept
 
 
 # rounds of predicting the mixes shown as they are: each may bring new mixes into the rows shown
