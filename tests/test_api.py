@@ -22,6 +22,14 @@ def test_recommend_returns_what_the_command_prints(tmp_path) -> None:
     assert outcome.result.chosen.throughput_samples_per_s == \
         pytest.approx(cli["recommendations"][0]["throughput_samples_per_s"], rel=1e-6)
     assert outcome.advice is not None and outcome.advice.to_dict() == cli["measure_next"]
+    # what predict warns of the chosen configuration, and the notes do not say already
+    chosen = outcome.result.chosen
+    [batch] = set(chosen.batch_split.values())
+    [p] = api.predict([CNN], [(chosen.config, int(batch))])
+    assert outcome.chosen_warnings == [w for w in p.warnings if w not in outcome.result.notes] != []
+    assert cli["chosen_warnings"] == outcome.chosen_warnings
+    said = run_srifty("recommend", "--profile", CNN, "--budget", "12", "--top", "3").stderr
+    assert all(f"warning: {chosen.config}: {w}" in said for w in outcome.chosen_warnings)
     plan, files = api.write_plan(outcome, tmp_path / "plan", rank=2)
     assert plan.config == cli["recommendations"][1]["config"] and (tmp_path / "plan" / "plan.json") in files
 

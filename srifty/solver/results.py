@@ -395,6 +395,8 @@ class RecommendOutcome:
     advice: MeasurementAdvice | None
     # AWS's spot placement scores of the spot groups of the first rows (``spot_scores=True``)
     spot_scores: list[SpotScore] | None = None
+    # what `srifty predict` warns of the chosen configuration, less what the result's notes say
+    chosen_warnings: list[str] = field(default_factory=list)
 
     def row_spot_score(self, config: str) -> int | None:
         """The lowest score among ``config``'s spot groups (None: none of them was scored)."""
