@@ -238,7 +238,7 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
             scores = read_spot_scores(ec2_client, region, groups)
         except SriftyError as exc:
             say(f"warning: {sentence(str(exc))} The ranking stands; it never depends on these scores.")
-    predictor = load_predictor(model_path)  # None: the simulator alone, whose figures have no caveats
+    predictor = load_predictor(model_path, say)  # None: the simulator alone, whose figures have no caveats
     rows = with_type_batches([(parse_config(result.chosen.config).resolved(model_cat), 1.0)],
                              result.chosen.batch_split, model_cat)
     said = predictor.in_placement_group(constraints.placement_group).predict(job, model_cat, rows)[0].warnings \

@@ -5,8 +5,8 @@ sources (:class:`RowEstimate`), and a configuration's workers and links at one b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from srifty.configspec import ClusterConfig, lookup_instance_type

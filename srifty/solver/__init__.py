@@ -29,6 +29,6 @@ from srifty.solver.space import dominance, exceeded_limits
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_H", "DEFAULT_RESTART_OVERHEAD_H", "Constraints", "InfeasibleError", "Objective",
     "choose_objective", "FLAG", "explain_infeasible", "Offers", "build_offers", "SOURCES", "MeasurementAdvice",
-    "NearTie", "Recommendation", "RecommendOutcome", "Result", "SlowEnd", "SlowEndMiss", "measurement_advice", "solve", "dominance",
-    "exceeded_limits",
+    "NearTie", "Recommendation", "RecommendOutcome", "Result", "SlowEnd", "SlowEndMiss", "measurement_advice", "solve",
+    "dominance", "exceeded_limits",
 ]

@@ -385,8 +385,8 @@ class Result:
 
 @dataclass
 class RecommendOutcome:
-    """What ``srifty recommend`` found: the ranked result, the job it was for, the model used, and
-    the measurement that would settle a transferred pick."""
+    """What ``srifty recommend`` found: the ranked result, the job it was for, the model used, the
+    measurement that would settle a transferred pick, and what predict warns of the chosen row."""
 
     result: Result
     job: JobProfile
