@@ -239,12 +239,14 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
         except SriftyError as exc:
             say(f"warning: {sentence(str(exc))} The ranking stands; it never depends on these scores.")
     predictor = load_predictor(model_path, say)  # None: the simulator alone, whose figures have no caveats
-    rows = with_type_batches([(parse_config(result.chosen.config).resolved(model_cat), 1.0)],
-                             result.chosen.batch_split, model_cat)
-    said = predictor.in_placement_group(constraints.placement_group).predict(job, model_cat, rows)[0].warnings \
-        if predictor else []
-    return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat), scores,
-                            [w for w in said if w not in result.notes])
+    if predictor is not None:  # each row's warnings, as predict gives them (each type at its batch)
+        shown = result.recommendations + result.pareto
+        rows = [with_type_batches([(parse_config(r.config).resolved(model_cat), 1.0)], r.batch_split, model_cat)[0]
+                for r in shown]
+        said = predictor.in_placement_group(constraints.placement_group).predict(job, model_cat, rows)
+        for r, p in zip(shown, said):
+            r.warnings = [w for w in p.warnings if w not in result.notes]
+    return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat), scores)
 
 
 def write_plan(outcome: RecommendOutcome, directory: str | Path, rank: int = 1) -> tuple[Plan, list[Path]]:

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from srifty import __version__
 from srifty.catalog import Catalog
 from srifty.configspec import ClusterConfig, parse_config
-from srifty.errors import SriftyError
+from srifty.errors import SriftyError, sentence
 from srifty.features import hardware_of
 from srifty.features.memory import tight_notes
 from srifty.outputs import atomic_write_text
@@ -150,6 +150,7 @@ class Plan:
                + " of tensor storage (the CUDA context comes on top) |"]
               if p.get("memory_gib") else []),
             *(["", *(f"Warning: {n}." for n in self.memory_notes)] if self.memory_notes else []),
+            *(["", *(f"Warning: {sentence(w)}" for w in p["warnings"])] if p.get("warnings") else []),
             "",
             "Once it runs, compare the job's own iteration time with the interval: the training script "
             "profiled under `srifty profile --backend ec2` on this configuration gives a measured figure.",

@@ -22,16 +22,21 @@ def test_recommend_returns_what_the_command_prints(tmp_path) -> None:
     assert outcome.result.chosen.throughput_samples_per_s == \
         pytest.approx(cli["recommendations"][0]["throughput_samples_per_s"], rel=1e-6)
     assert outcome.advice is not None and outcome.advice.to_dict() == cli["measure_next"]
-    # what predict warns of the chosen configuration, and the notes do not say already
+    # each ranked row says what predict warns of it and the notes do not say already; the chosen
+    # one's are printed under it
+    for row, doc in zip(outcome.result.recommendations, cli["recommendations"]):
+        [batch] = set(row.batch_split.values())
+        [p] = api.predict([CNN], [(row.config, int(batch))])
+        assert row.warnings == doc["warnings"] == [w for w in p.warnings if w not in outcome.result.notes] != []
     chosen = outcome.result.chosen
-    [batch] = set(chosen.batch_split.values())
-    [p] = api.predict([CNN], [(chosen.config, int(batch))])
-    assert outcome.chosen_warnings == [w for w in p.warnings if w not in outcome.result.notes] != []
-    assert cli["chosen_warnings"] == outcome.chosen_warnings
+    assert [p.warnings for p in outcome.result.pareto if p.chosen] == [chosen.warnings]  # the front's too
     said = run_srifty("recommend", "--profile", CNN, "--budget", "12", "--top", "3").stderr
-    assert all(f"warning: {chosen.config}: {w}" in said for w in outcome.chosen_warnings)
+    assert all(f"warning: {chosen.config}: {w}" in said for w in chosen.warnings)
     plan, files = api.write_plan(outcome, tmp_path / "plan", rank=2)
     assert plan.config == cli["recommendations"][1]["config"] and (tmp_path / "plan" / "plan.json") in files
+    # a plan says what predict warns of its row
+    readme = (tmp_path / "plan" / "README.md").read_text()
+    assert all(f"Warning: {w}" in readme for w in outcome.result.recommendations[1].warnings)
 
 
 def test_predict_returns_what_the_command_prints() -> None:

@@ -239,7 +239,6 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
             for row in doc["recommendations"]:
                 row["spot_placement_score"] = outcome.row_spot_score(row["config"])
         doc["measure_next"] = advice.to_dict() if advice else None
-        doc["chosen_warnings"] = outcome.chosen_warnings
         doc["plan"] = {"dir": plan_dir, "rank": rank, "files": [str(p) for p in written]} if written else None
         doc["model"] = model_file or "simulator"
         doc["profile"] = {"model": job.model, "instance_types": job.instance_types}
@@ -264,7 +263,7 @@ def recommend(profiles: tuple[str, ...], catalog_path: str | None, model_path: s
     ch = result.chosen
     con.print(f"Chosen: [bold]{ch.config}[/] — {ch.throughput_samples_per_s:,.1f} samples/s at "
               f"{_money(ch.usd_per_hour)}/h ({ch.source}).")
-    for w in outcome.chosen_warnings:
+    for w in ch.warnings:
         say(f"warning: {ch.config}: {w}")
     for n in result.notes:
         say(f"note: {n}")

@@ -68,6 +68,9 @@ class Recommendation:
     # a mix whose figures are composed of its two types' rows, not its own prediction (srifty
     # predicts the mixes among the rows shown as they are; one a note names past them is not)
     composed: bool = False
+    # what `srifty predict` warns of this configuration, less what the result's notes say (filled
+    # by srifty.api.recommend for the ranked rows and the front; empty with the simulator alone)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -385,8 +388,9 @@ class Result:
 
 @dataclass
 class RecommendOutcome:
-    """What ``srifty recommend`` found: the ranked result, the job it was for, the model used, the
-    measurement that would settle a transferred pick, and what predict warns of the chosen row."""
+    """What ``srifty recommend`` found: the ranked result (each row with what predict warns of
+    it), the job it was for, the model used, and the measurement that would settle a
+    transferred pick."""
 
     result: Result
     job: JobProfile
@@ -395,8 +399,6 @@ class RecommendOutcome:
     advice: MeasurementAdvice | None
     # AWS's spot placement scores of the spot groups of the first rows (``spot_scores=True``)
     spot_scores: list[SpotScore] | None = None
-    # what `srifty predict` warns of the chosen configuration, less what the result's notes say
-    chosen_warnings: list[str] = field(default_factory=list)
 
     def row_spot_score(self, config: str) -> int | None:
         """The lowest score among ``config``'s spot groups (None: none of them was scored)."""
