@@ -85,9 +85,10 @@ def request_for(plan: dict[str, Any], backend: str, max_seconds: float, **option
     """The profile request that runs ``plan`` on ``backend`` for at most ``max_seconds`` of measuring."""
     nodes = plan["nodes"]
     types = [n["instance_type"] for n in nodes]
-    batches = {n["instance_type"]: int(n["local_batch_size"]) for n in nodes}
+    passes = int(plan.get("passes") or 1)  # a script that accumulates gradients reads one pass's batch
+    batches = {n["instance_type"]: max(1, round(int(n["local_batch_size"]) / passes)) for n in nodes}
     common = dict(script=plan["script"], script_args=list(plan["script_args"]), max_seconds=max_seconds,
-                  batch_size=nodes[0]["local_batch_size"], batch_by_type=batches)
+                  batch_size=batches[types[0]], batch_by_type=batches)
     if not os.path.exists(plan["script"]):
         raise SriftyError(f"The plan's script {plan['script']} is not here.",
                           "Run `srifty launch` from the directory the plan's script path is relative to.")

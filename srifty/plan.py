@@ -57,6 +57,9 @@ class Plan:
     placement_group: bool = False
     # the types whose GPU holds one worker with little to spare (srifty.features.memory.tight_notes)
     memory_notes: tuple[str, ...] = ()
+    # the forward-backward passes per optimizer step where the script accumulates gradients: its
+    # SRIFTY_BATCH_SIZE is one pass's batch, a per-worker batch over the passes
+    passes: int = 1
 
     @property
     def world_size(self) -> int:
@@ -84,6 +87,11 @@ class Plan:
     def rdzv_id(self) -> str:
         return f"srifty-{self.model}"
 
+    def pass_batch(self, node: PlannedNode) -> int:
+        """The node's ``SRIFTY_BATCH_SIZE``: its per-worker batch, or one pass's share of it where the
+        script accumulates gradients over several passes a step."""
+        return max(1, round(node.local_batch_size / self.passes))
+
     def node_script(self, node: PlannedNode) -> str:
         cmd = self.torchrun(str(len(self.nodes)), str(node.rank), node.workers, f'"$MASTER_ADDR":{RDZV_PORT}')
         return "\n".join([
@@ -94,7 +102,7 @@ class Plan:
             "# private IP; 127.0.0.1 for one node); extra arguments go to the training script.",
             "set -euo pipefail",
             ': "${MASTER_ADDR:?set MASTER_ADDR to the private IP of node 0}"',
-            f"export SRIFTY_BATCH_SIZE={node.local_batch_size}",
+            f"export SRIFTY_BATCH_SIZE={self.pass_batch(node)}",
             f'exec {cmd} "$@"',
             "",
         ])
@@ -113,7 +121,7 @@ class Plan:
             "",
         ])
         task = {"name": f"srifty-{self.model}", "resources": resources, "num_nodes": len(self.nodes),
-                "workdir": ".", "envs": {"SRIFTY_BATCH_SIZE": str(node.local_batch_size)}, "run": run}
+                "workdir": ".", "envs": {"SRIFTY_BATCH_SIZE": str(self.pass_batch(node))}, "run": run}
 
         class Dumper(yaml.SafeDumper):
             pass
@@ -169,6 +177,11 @@ class Plan:
             "<its script>` (extra arguments go to the training script). The nodes must reach node 0 on TCP "
             f"port {RDZV_PORT} (the default VPC's default security group allows traffic between its members).",
         ]
+        if self.passes > 1:
+            lines += ["", f"The script accumulates gradients over {self.passes} forward-backward passes a step (as "
+                          "profiled): each node's `SRIFTY_BATCH_SIZE` is one pass's batch, "
+                          + ", ".join(f"{self.pass_batch(n)} on node {n.rank}" for n in self.nodes)
+                          + f", so a worker's step is {self.passes} times that."]
         if self.placement_group and len(self.nodes) > 1:
             lines += ["", "The prediction takes the nodes in one cluster placement group, where AWS lets each TCP "
                           "flow between them run at 10 Gbit/s instead of 5: launch them into one (`srifty launch "
@@ -195,7 +208,7 @@ class Plan:
                 "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
                 "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
                 "efa_types": list(self.efa_types), "placement_group": self.placement_group,
-                "memory_notes": list(self.memory_notes), "prediction": self.prediction}
+                "memory_notes": list(self.memory_notes), "passes": self.passes, "prediction": self.prediction}
 
 
 def efa_note(types: Sequence[str]) -> str:
@@ -226,9 +239,10 @@ def node_file(node: PlannedNode) -> str:
 
 
 def make_plan(model: str, script: str | None, script_args: Sequence[str], row: Any, rank: int,
-              region: str | None, catalog: Any, placement_group: bool = False) -> Plan:
+              region: str | None, catalog: Any, placement_group: bool = False, passes: int = 1) -> Plan:
     """The plan of one ranked row (srifty.solver.Recommendation) of a job's ``script``
-    (``placement_group``: the row was predicted for nodes in a cluster placement group)."""
+    (``placement_group``: the row was predicted for nodes in a cluster placement group; ``passes``:
+    the script's forward-backward passes per step, JobProfile.accumulation)."""
     if not script:
         raise SriftyError(f"The profile of {model} does not name its training script, so a plan cannot start it.",
                           "Give a profile recorded by `srifty profile` (imported traces name no script).")
@@ -247,7 +261,7 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
     return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,
                 efa_types_across(config, catalog), placement_group,
-                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)))
+                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)), passes)
 
 
 def plan_efa_types(plan: dict[str, Any]) -> tuple[str, ...]:

@@ -184,22 +184,24 @@ def test_explicit_api_marks_iterations(tmp_path: Path) -> None:
     rec = doc["ranks"][0]["iterations"][-1]
     # two micro-batches per iteration: two forwards, two backwards, one step
     assert (rec["forwards"], rec["backwards"], rec["steps"]) == (2, 2, 1)
+    # gradient accumulation over the two micro-batches of 32: the step's batch is 64 per worker;
     # an MLP under the default float32 matmul precision: no TF32, float32 math
     job = doc["job"]
-    assert job["forward_flops"] == 2 * 32 * (64 * 256 + 256 * 256 + 256 * 10)
+    one_pass = 2 * 32 * (64 * 256 + 256 * 256 + 256 * 10)
+    assert (job["local_batch_size"], job["accumulation"], job["forward_flops"]) == (64, 2, 2 * one_pass)
     assert (job["tf32_flop_share"], job["conv_flop_share"], job["precision"]) == (0.0, 0.0, "float32")
-    # one whole iteration's operators: two micro-batches, so twice the forward's arithmetic; the
-    # backward computes weight gradients of the three layers and input gradients of the last two
+    # one whole iteration's operators, both micro-batches; the backward computes weight gradients
+    # of the three layers and input gradients of the last two
     ops = job["operators"]
-    assert ops["batch_size"] == 32 and ops["param_tensors"] == 6
-    assert ops["phases"]["forward"]["flops"] == 2 * job["forward_flops"]
-    assert ops["phases"]["backward"]["flops"] == 2 * (2 * job["forward_flops"] - 2 * 32 * 64 * 256)
+    assert ops["batch_size"] == 64 and ops["param_tensors"] == 6
+    assert ops["phases"]["forward"]["flops"] == job["forward_flops"]
+    assert ops["phases"]["backward"]["flops"] == 2 * (2 * one_pass - 2 * 32 * 64 * 256)
     assert ops["phases"]["optimizer"]["kernels"] >= 6 and ops["phases"]["optimizer"]["flops"] == 0
     # that iteration's tensor memory: plain SGD keeps no state, so a worker holds its parameters,
     # their gradients and DDP's buckets (another copy of the gradients) between iterations; the
     # peak holds at least the two hidden activations ReLU keeps for backward
     mem = job["memory"]
-    assert mem["batch_size"] == 32 and mem["end_bytes"] == mem["held_bytes"] == 3 * job["grad_bytes"]
+    assert mem["batch_size"] == 64 and mem["end_bytes"] == mem["held_bytes"] == 3 * job["grad_bytes"]
     assert 2 * job["grad_bytes"] <= mem["start_bytes"] <= 3 * job["grad_bytes"]
     assert mem["peak_bytes"] >= mem["end_bytes"] + 2 * 32 * 256 * 4
     # the counted iteration ran slowed by the count: never among the timed ones
@@ -280,6 +282,33 @@ def test_two_ddp_models_are_profiled_with_a_warning_of_what_is_one_model_s(tmp_p
     assert res.returncode == 0, res.stderr
     notes = json.loads(res.stdout)["notes"]
     assert sum("trains 2 DDP models" in n for n in notes) == 1
+
+
+def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> None:
+    """Four forward-backward passes of 6 samples, then one optimizer step: the profile's batch is
+    the step's 24 samples per worker (its throughput, arithmetic and operator count with them),
+    not one pass's; the batch asked for is one pass's, and a plan hands the script one pass's."""
+    out = tmp_path / "acc.json"
+    res = run_srifty("profile", str(SCRIPTS / "accumulates.py"), *QUICK, "--batch-size", "6", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    job, summary = doc["job"], doc["summary"]
+    assert (job["local_batch_size"], job["requested_batch_size"], job["accumulation"]) == (24, 6, 4)
+    assert job["operators"]["batch_size"] == 24 and job["forward_flops"] == 4 * 6 * 2 * (64 * 128 + 128 * 10)
+    assert not any("was requested" in w for w in doc["warnings"])
+    assert any("accumulates gradients: 4 forward-backward passes" in w for w in doc["warnings"])
+    world = doc["cluster"]["world_size"]
+    assert summary["throughput_samples_per_s"] == pytest.approx(world * 24 / (summary["iteration_ms"]["median"] / 1e3))
+    res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.xlarge", "--max-nodes", "1",
+                     "--plan", str(tmp_path / "plan"))
+    assert res.returncode == 0, res.stderr
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert plan["passes"] == 4 and [n["local_batch_size"] for n in plan["nodes"]] == [24]
+    [script] = (tmp_path / "plan").glob("node-*.sh")
+    assert "export SRIFTY_BATCH_SIZE=6\n" in script.read_text()
+    from srifty.launch import request_for
+
+    assert request_for(plan, "emulated", 5.0).batch_size == 6
 
 
 def test_precision_of_a_job() -> None:

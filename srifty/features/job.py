@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from srifty.configspec import ClusterConfig, from_placement
+from srifty.configspec import ClusterConfig, NodeGroup, from_placement, parse_config
 from srifty.errors import SriftyError
 from srifty.features.memory import MemoryFootprint, MemoryNeed, max_fitting_batch, memory_line, memory_need
 from srifty.opmodel import OperatorCounts, StepTerms, step_terms
@@ -150,8 +150,8 @@ class JobProfile:
     backward_fraction: float | None = None
     bucket_bytes: list[float] | None = None
     ready_fractions: list[float] | None = None
-    # the device the ready times were recorded on (the profile's cluster.device: "cpu" or "cuda");
-    # None where the profile does not say. A CPU's do not carry to a GPU (FeatureBuilder.recorded_ready)
+    # the device the ready times were recorded on (the profile's cluster.device: "cpu" or "cuda"; None:
+    # not said). A CPU's do not carry to a GPU (FeatureBuilder.recorded_ready)
     ready_device: str | None = None
     # every one-worker profile's ready times on that device with the same buckets, by batch (ready_times_at)
     ready_by_batch: tuple[ReadyTimes, ...] = ()
@@ -163,6 +163,7 @@ class JobProfile:
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
     memory: tuple[MemoryFootprint, ...] = ()  # one worker's tensor memory, per profiled batch (srifty.features.memory)
     ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are the first's
+    accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -321,6 +322,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.grad_bytes = job.grad_bytes or j.get("grad_bytes")
         job.precision = job.precision or j.get("precision")
         job.ddp_models = max(job.ddp_models, int(j.get("ddp_models") or 1))
+        job.accumulation = max(job.accumulation, int(j.get("accumulation") or 1))
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:
@@ -486,8 +488,6 @@ def run_config(run: Run) -> ClusterConfig:
     """The run's configuration with its workers per node (mixed runs keep every host's type)."""
     if not run.mixed:
         return from_placement(run.instance_type, run.workers_per_node)
-    from srifty.configspec import NodeGroup, parse_config
-
     types = [g.instance_type for g in parse_config(run.config or "").groups for _ in range(g.count)]
     if len(types) != len(run.workers_per_node):
         raise SriftyError(f"Run configuration {run.config} does not match its {len(run.workers_per_node)} node(s).")

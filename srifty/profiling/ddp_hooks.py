@@ -99,6 +99,7 @@ class DdpHooks:
         bs = _first_batch_dim(args, kwargs, recorder.batch_dim or 0)
         if bs is not None and it.batch_size is None:
             it.batch_size = bs  # the per-worker (micro-)batch of this iteration's first forward
+        it.samples += bs or 0
         if recorder.batch_dim is None and self._layout is None and _listed_samples(args) is None:
             self._watch_layout(_first_tensor((args, kwargs)))
         recorder._fwd_started = mark
@@ -128,6 +129,7 @@ class DdpHooks:
         sequence_first = bool(seen) and len(shape) >= 2 and shape[0] != seen[0] == shape[1]
         recorder.batch_dim = 1 if sequence_first else 0
         if sequence_first and recorder._open is not None:
+            recorder._open.samples += seen[0] - (recorder._open.batch_size or 0)
             recorder._open.batch_size = seen[0]
 
     def on_forward_post(self, module: Any, args: Any, output: Any) -> None:

@@ -54,6 +54,15 @@ def _sha256(path: str) -> str:
 
 
 
+def accumulation(ranks: list[dict[str, Any]]) -> int:
+    """The forward-backward passes per optimizer step where the script accumulates gradients
+    (timing.accumulates: as many backwards as forwards, more than one, one step), most iterations'
+    count; 1 where it does not."""
+    passes = [it["backwards"] for r in ranks for it in r.get("iterations", [])
+              if it.get("steps") == 1 and it.get("forwards") == it.get("backwards")]
+    return max(set(passes), key=passes.count) if passes else 1
+
+
 def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome,
                  cluster_block: Callable[[ProfileRequest, int, str], dict[str, Any]]) -> dict[str, Any]:
     """The profile of a training run from its ranks' records; ``cluster_block`` is the backend's
@@ -67,11 +76,19 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     batch_sizes = [it.get("batch_size") for r in ranks for it in r.get("iterations", []) if it.get("batch_size")]
     detected = max(set(batch_sizes), key=batch_sizes.count) if batch_sizes else None
     local_bs = detected or request.batch_size
+    passes = accumulation(ranks)  # forward-backward passes per optimizer step: detected is their sum
     summary, warmup, achieved = profile.summarise_training(ranks, world, local_bs)
     warnings = []
-    if request.batch_size and detected and detected != request.batch_size:
+    if passes > 1 and detected:
         warnings.append(
-            f"--batch-size {request.batch_size} was requested but the model saw batches of {detected}: "
+            f"the script accumulates gradients: {passes} forward-backward passes of about {detected // passes} "
+            f"samples per optimizer step, so the profile's per-worker batch is the step's {detected} samples; "
+            "predictions at another batch keep the passes per step and scale each pass's batch, and a plan's "
+            "SRIFTY_BATCH_SIZE is one pass's batch. srifty simulates one allreduce per step, as DDP's no_sync() "
+            "on all but the last pass gives; without it the step allreduces once a pass and takes longer.")
+    if request.batch_size and detected and detected // passes != request.batch_size:
+        warnings.append(
+            f"--batch-size {request.batch_size} was requested but the model saw batches of {detected // passes}: "
             "the script does not read SRIFTY_BATCH_SIZE (or --batch-size); the profile records the batch it saw "
             "(the first dimension of the model's first input, the second where a recurrent or attention "
             "layer inside takes its input sequence first, or the length of a list of images)."
@@ -122,7 +139,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "grad_dtype": model.get("grad_dtype"),
             "precision": job_precision(model),
             "autocast_dtype": model.get("autocast_dtype"),
-            "forward_flops": model.get("forward_flops"),
+            "forward_flops": model["forward_flops"] * passes if model.get("forward_flops") else None,
             "tf32_flop_share": tf32_flop_share(model),
             "conv_flop_share": model.get("conv_flop_share"),
             "operators": model.get("operators"),
@@ -130,6 +147,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "bucket_cap_mb": model.get("bucket_cap_mb"),
             "buckets": layout,
             "ddp_models": ddp_models,  # the figures above are the first one's
+            "accumulation": passes,
         },
         "cluster": cluster,
         "environment": profile.environment_info(

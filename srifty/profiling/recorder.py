@@ -33,7 +33,7 @@ from srifty.profiling.ddp_hooks import DdpHooks
 from srifty.profiling.request import MAX_ITERATIONS, MAX_SECONDS, MIN_ITERATIONS, TARGET_REL_CI
 from srifty.profiling.modelmath import _FlopCount
 from srifty.profiling.opcount import NOT_COUNTED_COMPILED, OperatorCounter, compiled_frames
-from srifty.profiling.timing import Clock, _OpenIteration, describe_device, iteration_record
+from srifty.profiling.timing import Clock, _OpenIteration, describe_device, iteration_record, step_batch
 
 STOP_KEY = "srifty/stop_at_iteration"
 STOP_MARGIN = 3
@@ -169,7 +169,7 @@ class Recorder:
             return
         try:
             counter.__exit__(None, None, None)
-            self.model["operators"] = counter.result(it.batch_size, len(self._param_numels))
+            self.model["operators"] = counter.result(step_batch(it), len(self._param_numels))
             self.model["memory"] = self._memory(counter, it)
         except Exception:  # noqa: BLE001
             pass
@@ -200,7 +200,7 @@ class Recorder:
     def _memory(self, counter: OperatorCounter, it: _OpenIteration) -> dict[str, Any]:
         """The profile's ``job.memory``: the counted iteration's tensor storage on this worker and,
         on CUDA, what the caching allocator gave out at most since the run started."""
-        out = counter.memory(it.batch_size)
+        out = counter.memory(step_batch(it))
         if counter.device_type == "cuda":
             out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
             out["cuda_max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())

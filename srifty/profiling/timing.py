@@ -72,7 +72,8 @@ class _OpenIteration:
     forwards: int = 0
     backwards: int = 0
     steps: int = 0
-    batch_size: int | None = None
+    batch_size: int | None = None  # the first forward's
+    samples: int = 0  # every forward's batch, summed
     buckets: list[_Bucket] = field(default_factory=list)
     bwd_start: Any = None
     last_bwd_start: Any = None
@@ -113,6 +114,19 @@ def _first_batch_dim(args: Any, kwargs: Any, dim: int = 0) -> int | None:
     return int(found.shape[dim] if found.dim() > dim else found.shape[0])
 
 
+def accumulates(it: _OpenIteration) -> bool:
+    """Whether the iteration accumulates gradients: several forward-backward passes, one backward
+    per forward, then one optimizer step (a model called twice per step, or a GAN's several
+    models, runs more forwards than backwards or steps more than once)."""
+    return it.steps == 1 and it.forwards == it.backwards > 1
+
+
+def step_batch(it: _OpenIteration) -> int | None:
+    """The per-worker samples of the iteration's optimizer step: its first forward's batch, or,
+    where it accumulates gradients (:func:`accumulates`), every pass's batch summed."""
+    return it.samples if accumulates(it) and it.samples else it.batch_size
+
+
 def iteration_record(it: _OpenIteration, end_mark: Any, clock: Clock, index: int) -> dict[str, Any]:
     """The record of iteration ``index``, closed at ``end_mark``: its phases in milliseconds and its
     gradient buckets' ready (and, on the host clock, end) times from the start of the last backward."""
@@ -146,7 +160,7 @@ def iteration_record(it: _OpenIteration, end_mark: Any, clock: Clock, index: int
         "forwards": it.forwards,
         "backwards": it.backwards,
         "steps": it.steps,
-        "batch_size": it.batch_size,
+        "batch_size": step_batch(it),
         "buckets": buckets,
     }
     return record
