@@ -25,8 +25,8 @@ from srifty.catalog import Catalog
 from srifty.comm import CommModel, measured_allreduce
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError, sentence
-from srifty.features import (JobProfile, default_batch, default_batch_note, load_allreduce_rows, load_collectives,
-                             load_corpus, with_type_batches)
+from srifty.features import (JobProfile, accumulation_note, default_batch, default_batch_note, load_allreduce_rows,
+                             load_collectives, load_corpus, with_type_batches)
 from srifty.importer import ImportResult
 from srifty.launch import LaunchReport, launch
 from srifty.model import Prediction, Predictor
@@ -169,8 +169,9 @@ def predict(profiles: Sequence[str], configs: Sequence[str | ClusterConfig | tup
     defaulted = local_batch_size is None and any(not isinstance(c, tuple) or c[1] is None for c in configs)
     measured = [r.local_batch_size for r in job.runs]
     note = default_batch_note(default_b, measured, "--local-batch-size (-b)") if defaulted and default_b else None
-    if note:
-        say(f"note: {note}")
+    for n in (note, accumulation_note(job.model, job.accumulation)):
+        if n:
+            say(f"note: {n}")
     predictor = load_predictor(model_path, lambda msg: say(f"note: {msg}"))
     if predictor is None:
         raise SriftyError("--model simulator is for `srifty recommend`; predict needs a trained model.",
@@ -225,6 +226,8 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
     if not (constraints.local_batch_size or constraints.global_batch_size):  # every row at the default batch
         note = default_batch_note(probe.default_local_batch(), [r.local_batch_size for r in job.runs], "--batch-size")
         result.notes[sum(x is not None for x in (result.near_tie, result.slow_end)):0] = [note] if note else []
+    if note := accumulation_note(job.model, job.accumulation):
+        result.notes.append(note)
     scores = None
     groups = spot_groups(r.config for r in result.recommendations) if spot_scores else []
     if spot_scores and not groups:

@@ -302,6 +302,10 @@ def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> No
     res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.xlarge", "--max-nodes", "1",
                      "--plan", str(tmp_path / "plan"))
     assert res.returncode == 0, res.stderr
+    said = "note: accumulates's script accumulates gradients over 4 forward-backward passes a step"
+    assert said in res.stderr
+    res = run_srifty("predict", "--profile", str(out), "--config", "1xg5.xlarge")
+    assert res.returncode == 0 and said in res.stderr and " 24 " in res.stdout
     plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert plan["passes"] == 4 and [n["local_batch_size"] for n in plan["nodes"]] == [24]
     [script] = (tmp_path / "plan").glob("node-*.sh")

@@ -19,8 +19,8 @@ times show (``overlap``).
 from srifty.features.builder import FeatureBuilder, busy_peers
 from srifty.features.compute import LAUNCH_BOUND_PEAK_SHARE, WorkerCompute
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
-                                   default_batch_note, gradient_estimated_note, loose_profile_note,
-                                   several_models_note)
+                                   accumulation_note, default_batch_note, gradient_estimated_note,
+                                   loose_profile_note, several_models_note)
 from srifty.features.rows import (COMPUTE_TRANSFERS, FEATURES, OVERLAP_SOURCES, REGIME_FEATURES, RESIDUAL_FEATURES,
                                   RowBatch, RowEstimate, WorkerLayout, common_batch, default_batch, feature_words,
                                   group_batches, samples_per_step, with_type_batches)
@@ -43,7 +43,7 @@ __all__ = [
     "READY_ON_CPU_NOTE", "READY_UNKNOWN_NOTE", "REGIME_FEATURES", "RESIDUAL_FEATURES",
     "FeatureBuilder", "RowBatch", "RowEstimate", "WorkerCompute", "WorkerLayout", "busy_peers", "feature_words",
     "common_batch", "group_batches", "samples_per_step", "with_type_batches",
-    "default_batch", "default_batch_note", "gradient_estimated_note", "loose_profile_note", "several_models_note",
+    "accumulation_note", "default_batch", "default_batch_note", "gradient_estimated_note", "loose_profile_note", "several_models_note",
     "DEFAULT_INTRA_GBYTES_PER_S", "EFA_MIN_GBPS", "EMULATED_INTRA_GBYTES_PER_S", "HALF_PRECISIONS",
     "INTER_LATENCY_US", "INTRA_LATENCY_US", "PCIE_GBYTES_PER_S", "Hardware", "hardware_of",
     "median_gbytes_per_tflop", "transfer_speeds", "both_measured", "CONV_FLOPS_WEIGHT", "UNKNOWN_CONV_SHARE",

@@ -89,6 +89,13 @@ def default_batch_note(batch: int, measured: Sequence[int], option: str) -> str 
             "train with")
 
 
+def accumulation_note(model: str, passes: int) -> str | None:
+    """Said of every prediction of a job whose script accumulates gradients: what its batch means."""
+    return (f"{model}'s script accumulates gradients over {passes} forward-backward passes a step: a per-worker "
+            f"batch here is a step's samples, {passes} passes of 1/{passes} of it each (a plan hands the script "
+            "one pass's batch)") if passes > 1 else None
+
+
 def readable_ms(ms: float) -> str:
     """A time in a note: whole milliseconds from 100 up, three significant figures below; never in
     exponent form (1,166, not 1.17e+03)."""
