@@ -296,7 +296,8 @@ def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> No
     assert (job["local_batch_size"], job["requested_batch_size"], job["accumulation"]) == (24, 6, 4)
     assert job["operators"]["batch_size"] == 24 and job["forward_flops"] == 4 * 6 * 2 * (64 * 128 + 128 * 10)
     assert not any("was requested" in w for w in doc["warnings"])
-    assert any("accumulates gradients: 4 forward-backward passes" in w for w in doc["warnings"])
+    [said] = [w for w in doc["warnings"] if "accumulates gradients: 4 forward-backward passes" in w]
+    assert said.endswith("as DDP's no_sync() on all but the last pass gives.")
     world = doc["cluster"]["world_size"]
     assert summary["throughput_samples_per_s"] == pytest.approx(world * 24 / (summary["iteration_ms"]["median"] / 1e3))
     res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.xlarge", "--max-nodes", "1",
@@ -313,6 +314,13 @@ def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> No
     from srifty.launch import request_for
 
     assert request_for(plan, "emulated", 5.0).batch_size == 6
+    # without no_sync every pass allreduces: the profile says one allreduce a step is simulated
+    synced = tmp_path / "synced.json"
+    res = run_srifty("profile", str(SCRIPTS / "accumulates.py"), *QUICK, "--batch-size", "6", "--out", str(synced),
+                     "--", "--sync-every-pass")
+    assert res.returncode == 0, res.stderr
+    assert any("but 4 of the 4 passes allreduced their gradients" in w
+               for w in json.loads(synced.read_text())["warnings"])
 
 
 def test_precision_of_a_job() -> None:

@@ -194,6 +194,7 @@ class DdpHooks:
             if it.buckets:
                 last_ready = max(recorder.clock.seconds(b.ready) for b in it.buckets)
                 it.backward_compute_s += max(0.0, last_ready - t0)
+                it.synced_backwards += 1
             else:
                 it.backward_compute_s += t1 - t0
             it.backwards += 1

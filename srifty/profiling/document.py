@@ -54,12 +54,13 @@ def _sha256(path: str) -> str:
 
 
 
-def accumulation(ranks: list[dict[str, Any]]) -> int:
+def accumulation(ranks: list[dict[str, Any]], count: str = "backwards") -> int:
     """The forward-backward passes per optimizer step where the script accumulates gradients
     (timing.accumulates: as many backwards as forwards, more than one, one step), most iterations'
-    count; 1 where it does not."""
-    passes = [it["backwards"] for r in ranks for it in r.get("iterations", [])
-              if it.get("steps") == 1 and it.get("forwards") == it.get("backwards")]
+    count; 1 where it does not. ``count="synced_backwards"``: of those passes, the ones that
+    allreduced their gradients."""
+    passes = [int(it.get(count) or 0) for r in ranks for it in r.get("iterations", [])
+              if it.get("steps") == 1 and it.get("forwards") == it.get("backwards") and it.get("backwards")]
     return max(set(passes), key=passes.count) if passes else 1
 
 
@@ -76,16 +77,19 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     batch_sizes = [it.get("batch_size") for r in ranks for it in r.get("iterations", []) if it.get("batch_size")]
     detected = max(set(batch_sizes), key=batch_sizes.count) if batch_sizes else None
     local_bs = detected or request.batch_size
-    passes = accumulation(ranks)  # forward-backward passes per optimizer step: detected is their sum
+    passes = max(1, accumulation(ranks))  # forward-backward passes per optimizer step: detected is their sum
     summary, warmup, achieved = profile.summarise_training(ranks, world, local_bs)
     warnings = []
     if passes > 1 and detected:
+        synced = accumulation(ranks, "synced_backwards")
         warnings.append(
             f"the script accumulates gradients: {passes} forward-backward passes of about {detected // passes} "
             f"samples per optimizer step, so the profile's per-worker batch is the step's {detected} samples; "
             "predictions at another batch keep the passes per step and scale each pass's batch, and a plan's "
             "SRIFTY_BATCH_SIZE is one pass's batch. srifty simulates one allreduce per step, as DDP's no_sync() "
-            "on all but the last pass gives; without it the step allreduces once a pass and takes longer.")
+            "on all but the last pass gives"
+            + (f", but {synced} of the {passes} passes allreduced their gradients: across workers its steps take "
+               "longer than predicted; wrap all but the last pass in no_sync()." if synced > 1 else "."))
     if request.batch_size and detected and detected // passes != request.batch_size:
         warnings.append(
             f"--batch-size {request.batch_size} was requested but the model saw batches of {detected // passes}: "

@@ -74,6 +74,7 @@ class _OpenIteration:
     steps: int = 0
     batch_size: int | None = None  # the first forward's
     samples: int = 0  # every forward's batch, summed
+    synced_backwards: int = 0  # backwards whose gradient buckets were allreduced (not under no_sync)
     buckets: list[_Bucket] = field(default_factory=list)
     bwd_start: Any = None
     last_bwd_start: Any = None
@@ -161,6 +162,7 @@ def iteration_record(it: _OpenIteration, end_mark: Any, clock: Clock, index: int
         "backwards": it.backwards,
         "steps": it.steps,
         "batch_size": step_batch(it),
+        "synced_backwards": it.synced_backwards,
         "buckets": buckets,
     }
     return record

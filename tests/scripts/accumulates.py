@@ -1,6 +1,8 @@
-"""Gradient accumulation: four forward-backward passes a step, the first three under no_sync."""
+"""Gradient accumulation: four forward-backward passes a step, the first three under no_sync
+(with --sync-every-pass, none: every pass allreduces its gradients)."""
 import contextlib
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -18,6 +20,7 @@ for _ in range(100000):
     opt.zero_grad()
     for k in range(PASSES):
         x, y = torch.randn(micro, 64), torch.randint(0, 10, (micro,))
-        with model.no_sync() if k < PASSES - 1 else contextlib.nullcontext():
+        quiet = k < PASSES - 1 and "--sync-every-pass" not in sys.argv
+        with model.no_sync() if quiet else contextlib.nullcontext():
             (loss(model(x), y) / PASSES).backward()
     opt.step()
