@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from srifty.errors import SriftyError
-from srifty.plan import plan_efa_types
+from srifty.plan import pass_batch, plan_efa_types
 from srifty.profiling.emulated import hosts_arg
 from srifty.profiling.launcher import ProfileRequest, get_backend
 
@@ -86,7 +86,7 @@ def request_for(plan: dict[str, Any], backend: str, max_seconds: float, **option
     nodes = plan["nodes"]
     types = [n["instance_type"] for n in nodes]
     passes = int(plan.get("passes") or 1)  # a script that accumulates gradients reads one pass's batch
-    batches = {n["instance_type"]: max(1, round(int(n["local_batch_size"]) / passes)) for n in nodes}
+    batches = {n["instance_type"]: pass_batch(int(n["local_batch_size"]), passes) for n in nodes}
     common = dict(script=plan["script"], script_args=list(plan["script_args"]), max_seconds=max_seconds,
                   batch_size=batches[types[0]], batch_by_type=batches)
     if not os.path.exists(plan["script"]):

@@ -88,9 +88,8 @@ class Plan:
         return f"srifty-{self.model}"
 
     def pass_batch(self, node: PlannedNode) -> int:
-        """The node's ``SRIFTY_BATCH_SIZE``: its per-worker batch, or one pass's share of it where the
-        script accumulates gradients over several passes a step."""
-        return max(1, round(node.local_batch_size / self.passes))
+        """The node's ``SRIFTY_BATCH_SIZE`` (:func:`pass_batch`)."""
+        return pass_batch(node.local_batch_size, self.passes)
 
     def node_script(self, node: PlannedNode) -> str:
         cmd = self.torchrun(str(len(self.nodes)), str(node.rank), node.workers, f'"$MASTER_ADDR":{RDZV_PORT}')
@@ -232,6 +231,12 @@ def whole_batches(split: dict[str, tuple[int, float]], global_batch: float) -> d
                key=lambda bs: (abs(sum(split[t][0] * b for t, b in zip(types, bs)) - global_batch),
                                sum(abs(b - split[t][1]) for t, b in zip(types, bs))))
     return dict(zip(types, best))
+
+
+def pass_batch(local_batch_size: int, passes: int) -> int:
+    """What a script reads as ``SRIFTY_BATCH_SIZE`` to train at ``local_batch_size`` per worker: that
+    batch, or one pass's share of it where it accumulates gradients over ``passes`` passes a step."""
+    return max(1, round(local_batch_size / passes))
 
 
 def node_file(node: PlannedNode) -> str:

@@ -260,6 +260,13 @@ def summarise_buckets(ranks: Sequence[dict[str, Any]], first: int) -> list[dict[
     return out
 
 
+def step_passes(forwards: int, backwards: int, steps: int) -> int | None:
+    """The forward-backward passes of an iteration of one optimizer step and one backward per
+    forward (more than one: it accumulates gradients); None for any other shape (a model called
+    twice a step runs more forwards than backwards, a GAN's several models step more than once)."""
+    return backwards if steps == 1 and forwards == backwards >= 1 else None
+
+
 def summarise_training(
     ranks: Sequence[dict[str, Any]], world_size: int, local_batch_size: int | None
 ) -> tuple[dict[str, Any] | None, int, float | None]:

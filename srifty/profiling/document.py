@@ -53,14 +53,12 @@ def _sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-
 def accumulation(ranks: list[dict[str, Any]], count: str = "backwards") -> int:
     """The forward-backward passes per optimizer step where the script accumulates gradients
-    (timing.accumulates: as many backwards as forwards, more than one, one step), most iterations'
-    count; 1 where it does not. ``count="synced_backwards"``: of those passes, the ones that
-    allreduced their gradients."""
+    (profile.step_passes, more than one), most iterations' count; 1 where it does not.
+    ``count="synced_backwards"``: of those passes, the ones that allreduced their gradients."""
     passes = [int(it.get(count) or 0) for r in ranks for it in r.get("iterations", [])
-              if it.get("steps") == 1 and it.get("forwards") == it.get("backwards") and it.get("backwards")]
+              if profile.step_passes(it.get("forwards") or 0, it.get("backwards") or 0, it.get("steps") or 0)]
     return max(set(passes), key=passes.count) if passes else 1
 
 

@@ -35,6 +35,7 @@ any device.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any, Callable, Iterable
 
@@ -93,8 +94,6 @@ NOT_COUNTED_COMPILED = (
 def compiled_frames() -> int:
     """How many Python frames torch.compile has evaluated in this process (0 where it never ran);
     counted from its first call, before any graph is built."""
-    import sys
-
     counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
     return int(counters["frames"]["total"]) if counters is not None else 0
 

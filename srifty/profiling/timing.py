@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from srifty.profile import step_passes
+
 
 class Clock:
     """Host clock; marks are seconds from ``time.perf_counter``."""
@@ -116,10 +118,9 @@ def _first_batch_dim(args: Any, kwargs: Any, dim: int = 0) -> int | None:
 
 
 def accumulates(it: _OpenIteration) -> bool:
-    """Whether the iteration accumulates gradients: several forward-backward passes, one backward
-    per forward, then one optimizer step (a model called twice per step, or a GAN's several
-    models, runs more forwards than backwards or steps more than once)."""
-    return it.steps == 1 and it.forwards == it.backwards > 1
+    """Whether the iteration accumulates gradients: several forward-backward passes, then one
+    optimizer step (:func:`srifty.profile.step_passes`)."""
+    return (step_passes(it.forwards, it.backwards, it.steps) or 0) > 1
 
 
 def step_batch(it: _OpenIteration) -> int | None:
