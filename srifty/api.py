@@ -15,6 +15,7 @@ Errors are :class:`srifty.errors.SriftyError` (a message and a hint).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -214,10 +215,13 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
     if model_file and not file_identity([model_file]):
         identity = None  # no model yet: train it and do not cache under a missing file
 
-    def make() -> Any:
+    @cache
+    def placed_predictor() -> Predictor | None:  # loaded once: on a cache miss, and for the rows' warnings
         predictor = load_predictor(model_path, say)
-        return ModelOracle(job, model_cat,
-                           predictor.in_placement_group(constraints.placement_group) if predictor else None)
+        return predictor.in_placement_group(constraints.placement_group) if predictor else None
+
+    def make() -> Any:
+        return ModelOracle(job, model_cat, placed_predictor())
 
     probe = ModelOracle(job, model_cat, None)
     oracle: Any = make() if identity is None else CachedOracle(make, identity, probe.default_local_batch())
@@ -241,12 +245,12 @@ def recommend(profiles: Sequence[str], constraints: Constraints, objective: Obje
             scores = read_spot_scores(ec2_client, region, groups)
         except SriftyError as exc:
             say(f"warning: {sentence(str(exc))} The ranking stands; it never depends on these scores.")
-    predictor = load_predictor(model_path, say)  # None: the simulator alone, whose figures have no caveats
+    predictor = placed_predictor()  # None: the simulator alone, whose figures have no caveats
     if predictor is not None:  # each row's warnings, as predict gives them (each type at its batch)
         shown = result.recommendations + result.pareto
         rows = [with_type_batches([(parse_config(r.config).resolved(model_cat), 1.0)], r.batch_split, model_cat)[0]
                 for r in shown]
-        said = predictor.in_placement_group(constraints.placement_group).predict(job, model_cat, rows)
+        said = predictor.predict(job, model_cat, rows)
         for r, p in zip(shown, said):
             r.warnings = [w for w in p.warnings if w not in result.notes]
     return RecommendOutcome(result, job, cat, model_file, measurement_advice(result, job, cat), scores)
