@@ -22,6 +22,9 @@ microseconds for link latency.
   buckets and ready times when known, else :func:`bucket_layout` and a uniform split); each
   bucket's allreduce starts when it is ready and the previous one finished; the step ends when
   both backward and the last allreduce are done.
+- gradient accumulation (:func:`accumulated_step`): a step of several forward-backward passes,
+  each like the one simulated; a pass allreduces its buckets during its own backward, and a
+  pass under DDP's ``no_sync()`` is compute alone.
 """
 
 from __future__ import annotations
@@ -217,3 +220,13 @@ def simulate_iteration(compute_ms: float, bucket_bytes: Sequence[float], workers
     backward_end = _advance(t, (1.0 - done) * bwd, end, overlap_slowdown)
     step_end = max(backward_end, end)
     return SimResult(step_end + optimizer_ms, compute_ms, total, step_end - compute_ms)
+
+
+def accumulated_step(one_pass: SimResult, passes: int, synced: int, optimizer_ms: float) -> SimResult:
+    """A step of ``passes`` forward-backward passes, each ``one_pass`` (simulated without the
+    optimizer), of which ``synced`` allreduce their gradients (one where the script wraps all but
+    the last in ``no_sync()``, every pass where it does not); then ``optimizer_ms``."""
+    synced = min(max(synced, 1), passes)
+    compute = one_pass.compute_ms * passes
+    exposed = one_pass.exposed_comm_ms * synced
+    return SimResult(compute + exposed + optimizer_ms, compute, one_pass.allreduce_ms * synced, exposed)

@@ -153,6 +153,10 @@ def test_overlap_simulation() -> None:
     r2 = simulate.simulate_iteration(100.0, [10e6, 10e6], [1, 1], link, link, 0.6, optimizer_ms=7.0)
     assert r2.iteration_ms == pytest.approx(r.iteration_ms + 7.0)
     assert simulate.simulate_iteration(100.0, [10e6], [1], link, link).iteration_ms == 100.0
+    # four such passes a step: three under no_sync (compute alone), the last allreducing; or all four
+    last_only, every = (simulate.accumulated_step(r, 4, synced, optimizer_ms=7.0) for synced in (1, 4))
+    assert (last_only.iteration_ms, last_only.compute_ms, last_only.exposed_comm_ms) == pytest.approx((417.0, 400.0, 10.0))
+    assert (every.iteration_ms, every.allreduce_ms) == pytest.approx((447.0, 80.0))
     assert sum(simulate.bucket_layout(60 * 2**20)) == pytest.approx(60 * 2**20)
 
 
@@ -253,6 +257,36 @@ def test_profile_reading_and_mixed_config(emu_catalog: Any) -> None:
         hierarchical=False).allreduce_ms  # where the network's own latency is 10 µs, it is
     assert est.sim_ms == pytest.approx(want.iteration_ms, rel=1e-9)
     assert est.compute_ms == pytest.approx(sum(small))
+
+
+def test_an_accumulating_job_allreduces_in_the_passes_it_synced(emu_catalog: Any) -> None:
+    """Four forward-backward passes a step: the buckets' ready times (from the start of the last
+    backward) are shares of one pass's backward, and a step across workers is four passes, each
+    allreducing its gradients where the profile saw it do so, not one long backward hiding one."""
+    from srifty.configspec import parse_config
+    from srifty.features import TBF_GOODPUT, FeatureBuilder, LinkScale
+
+    link = Link(200 / 8000.0 * TBF_GOODPUT, LinkScale().emulated_latency_us)
+    buckets, fracs = [b for _, b, _ in BUCKETS], [r / 200.0 for _, _, r in BUCKETS]
+    config = parse_config("2xemu.small").resolved(emu_catalog)
+    one_pass = simulate.simulate_iteration(300.0 / 4, buckets, [1, 1], link, link, 200.0 / 300.0, fracs,
+                                           hierarchical=False)
+    assert one_pass.exposed_comm_ms > 0
+    steps = {}
+    for synced in (1, 4):
+        doc = _doc(["emu.small"], 100.0, 200.0, 10.0, it=310.0)
+        doc["job"].update(accumulation=4, synced_passes=synced)
+        for b in doc["summary"]["buckets"]:
+            b["ready_ms"] /= 4  # in the last of four backwards of 50 ms each
+        job = _job([doc])
+        assert (job.accumulation, job.synced_passes) == (4, synced)
+        assert job.ready_fractions == pytest.approx(fracs)
+        est = FeatureBuilder(job, emu_catalog, LinkScale()).estimate(config, 8)
+        want = simulate.accumulated_step(one_pass, 4, synced, optimizer_ms=10.0)
+        assert est.sim_ms == pytest.approx(want.iteration_ms, rel=1e-9)
+        steps[synced] = est.sim_ms
+    assert steps[1] == pytest.approx(300.0 + one_pass.exposed_comm_ms + 10.0)
+    assert steps[4] - steps[1] == pytest.approx(3 * one_pass.exposed_comm_ms)
 
 
 def test_unprofiled_type_transfers_by_measured_cpu_factor(emu_catalog: Any) -> None:

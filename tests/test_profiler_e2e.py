@@ -297,7 +297,7 @@ def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> No
     assert job["operators"]["batch_size"] == 24 and job["forward_flops"] == 4 * 6 * 2 * (64 * 128 + 128 * 10)
     assert not any("was requested" in w for w in doc["warnings"])
     [said] = [w for w in doc["warnings"] if "accumulates gradients: 4 forward-backward passes" in w]
-    assert said.endswith("as DDP's no_sync() on all but the last pass gives.")
+    assert said.endswith("SRIFTY_BATCH_SIZE is one pass's batch.") and job["synced_passes"] == 1
     world = doc["cluster"]["world_size"]
     assert summary["throughput_samples_per_s"] == pytest.approx(world * 24 / (summary["iteration_ms"]["median"] / 1e3))
     res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.xlarge", "--max-nodes", "1",
@@ -314,13 +314,20 @@ def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> No
     from srifty.launch import request_for
 
     assert request_for(plan, "emulated", 5.0).batch_size == 6
-    # without no_sync every pass allreduces: the profile says one allreduce a step is simulated
+    # without no_sync every pass allreduces, and a step across nodes is predicted with four allreduces
     synced = tmp_path / "synced.json"
     res = run_srifty("profile", str(SCRIPTS / "accumulates.py"), *QUICK, "--batch-size", "6", "--out", str(synced),
                      "--", "--sync-every-pass")
     assert res.returncode == 0, res.stderr
-    assert any("but 4 of the 4 passes allreduced their gradients" in w
-               for w in json.loads(synced.read_text())["warnings"])
+    doc = json.loads(synced.read_text())
+    assert doc["job"]["synced_passes"] == 4
+    assert any("4 of the 4 passes allreduced their gradients, and srifty predicts" in w for w in doc["warnings"])
+    parts = {}
+    for path in (out, synced):
+        res = run_srifty("predict", "--profile", str(path), "--config", "2xg5.xlarge", "--json")
+        assert res.returncode == 0, res.stderr
+        parts[path] = json.loads(res.stdout)["parts"]
+    assert parts[synced]["communication_ms"] > 2 * parts[out]["communication_ms"] > 0
 
 
 def test_precision_of_a_job() -> None:

@@ -190,20 +190,24 @@ class FeatureBuilder(WorkerCompute):
         backward over which the buckets become ready, if not the job's. Where the recorded ready times
         do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly; where
         one-worker profiles at several batches recorded them, the nearest batch's hold (with its
-        backward share: JobProfile.ready_times_at)."""
+        backward share: JobProfile.ready_times_at). A job that accumulates gradients runs its
+        passes one after another, allreducing in as many as its profile saw (JobProfile.synced_passes)."""
         buckets, fracs = self.buckets()
         backward = self.job.backward_fraction
         if fracs is not None and not self.recorded_ready(layout):
             fracs = None
         elif fracs is not None and (nearest := self.job.ready_times_at(layout.batch)) is not None:
             fracs, backward = nearest.fractions, nearest.backward_fraction  # recorded nearest this batch
-        return simulate.simulate_iteration(
-            layout.compute_ms, buckets, layout.workers_per_node, layout.intra, inter,
+        passes, optimizer_ms = self.job.accumulation, layout.step_alone_ms - layout.compute_ms
+        one_pass = simulate.simulate_iteration(
+            layout.compute_ms / passes, buckets, layout.workers_per_node, layout.intra, inter,
             window or backward or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
-            optimizer_ms=layout.step_alone_ms - layout.compute_ms,
+            optimizer_ms=optimizer_ms if passes == 1 else 0.0,
             overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, layout.cycles)
                               if layout.emulated else 0.0),
             hierarchical=all(h.hierarchical_allreduce for h in layout.hardware), tree=tree)
+        return one_pass if passes == 1 else simulate.accumulated_step(one_pass, passes, self.job.synced_passes,
+                                                                     optimizer_ms)
 
     def sim_ms(self, config: ClusterConfig, local_batch_size: RowBatch) -> float:
         """:meth:`estimate`'s ``sim_ms`` alone (what a fit of the link figures reads)."""

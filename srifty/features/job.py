@@ -164,6 +164,7 @@ class JobProfile:
     memory: tuple[MemoryFootprint, ...] = ()  # one worker's tensor memory, per profiled batch (srifty.features.memory)
     ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are the first's
     accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
+    synced_passes: int = 1  # of those, the passes that allreduce their gradients (job.synced_passes)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -323,6 +324,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.precision = job.precision or j.get("precision")
         job.ddp_models = max(job.ddp_models, int(j.get("ddp_models") or 1))
         job.accumulation = max(job.accumulation, int(j.get("accumulation") or 1))
+        job.synced_passes = max(job.synced_passes, int(j.get("synced_passes") or 1))
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:
@@ -378,9 +380,10 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         if fwd + bwd > 0 and (job.backward_fraction is None or on_gpu_over_cpu):
             job.backward_fraction = bwd / (fwd + bwd)
         buckets.sort(key=lambda b: (b.get("ready_ms") is None, b.get("ready_ms") or 0.0, -b["index"]))
-        # ready_ms counts from the start of backward (docs/profile-format.md)
+        # ready_ms counts from the start of the step's last backward (docs/profile-format.md), one pass's
+        pass_bwd = bwd / int(j.get("accumulation") or 1)
         ready = ReadyTimes(float(j["local_batch_size"]), bwd / (fwd + bwd), tuple(
-            min(max(float(b["ready_ms"]) / max(bwd, 1e-9), 0.0), 1.0) for b in buckets)) if timed else None
+            min(max(float(b["ready_ms"]) / max(pass_bwd, 1e-9), 0.0), 1.0) for b in buckets)) if timed else None
         if ready is not None and sum(cl["workers_per_node"]) == 1:
             timelines.append((cl.get("device"), [float(b["bytes"]) for b in buckets], ready))
         if buckets and (job.bucket_bytes is None or on_gpu_over_cpu):
@@ -417,12 +420,8 @@ def input_window_ms(doc: dict[str, Any]) -> float | None:
 
 def input_windows(docs: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     """(per-worker batch, median input window ms) of the training profiles that measured one."""
-    out = []
-    for doc in docs:
-        window, batch = input_window_ms(doc), (doc.get("job") or {}).get("local_batch_size")
-        if window is not None and batch:
-            out.append((float(batch), window))
-    return out
+    pairs = ((input_window_ms(doc), (doc.get("job") or {}).get("local_batch_size")) for doc in docs)
+    return [(float(batch), window) for window, batch in pairs if window is not None and batch]
 
 
 def input_window_line(windows: Sequence[tuple[float, float]]) -> tuple[float, float]:

@@ -78,16 +78,17 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     passes = max(1, accumulation(ranks))  # forward-backward passes per optimizer step: detected is their sum
     summary, warmup, achieved = profile.summarise_training(ranks, world, local_bs)
     warnings = []
+    # of the step's passes, those that allreduced their gradients (at least the last one)
+    synced = min(max(accumulation(ranks, "synced_backwards"), 1), passes)
     if passes > 1 and detected:
-        synced = accumulation(ranks, "synced_backwards")
         warnings.append(
             f"the script accumulates gradients: {passes} forward-backward passes of about {detected // passes} "
             f"samples per optimizer step, so the profile's per-worker batch is the step's {detected} samples; "
             "predictions at another batch keep the passes per step and scale each pass's batch, and a plan's "
-            "SRIFTY_BATCH_SIZE is one pass's batch. srifty simulates one allreduce per step, as DDP's no_sync() "
-            "on all but the last pass gives"
-            + (f", but {synced} of the {passes} passes allreduced their gradients: across workers its steps take "
-               "longer than predicted; wrap all but the last pass in no_sync()." if synced > 1 else "."))
+            "SRIFTY_BATCH_SIZE is one pass's batch"
+            + (f". {synced} of the {passes} passes allreduced their gradients, and srifty predicts the steps "
+               "across workers with as many allreduces; wrapping all but the last pass in DDP's no_sync() leaves "
+               "one." if synced > 1 else "."))
     if request.batch_size and detected and detected // passes != request.batch_size:
         warnings.append(
             f"--batch-size {request.batch_size} was requested but the model saw batches of {detected // passes}: "
@@ -150,6 +151,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "buckets": layout,
             "ddp_models": ddp_models,  # the figures above are the first one's
             "accumulation": passes,
+            "synced_passes": synced,
         },
         "cluster": cluster,
         "environment": profile.environment_info(
