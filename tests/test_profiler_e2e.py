@@ -261,16 +261,25 @@ def test_a_compiled_model_is_profiled_and_says_its_operators_were_not_counted(
     assert not any("torch.compile" in w for w in doc["warnings"])
 
 
-def test_two_ddp_models_are_profiled_with_a_warning_of_what_is_one_model_s(tmp_path: Path) -> None:
-    """A GAN wraps two models in DDP; srifty's figures are those of a job of one (the first model's
-    gradients, an iteration per optimizer step), and the profile says so and what to do."""
+def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> None:
+    """A GAN wraps two models in DDP, each with its own optimizer: an iteration is the training
+    step, one step of each optimizer (not one per optimizer step, which halved its time), and the
+    gradients are both models'; the profile says what it cannot see (their buckets, and the
+    critic's gradients allreduced again in the generator's step)."""
     out = tmp_path / "gan.json"
     res = run_srifty("profile", str(SCRIPTS / "two_models.py"), *QUICK, "--out", str(out))
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
-    assert doc["job"]["param_count"] == 8 * 32 + 32 + 32 * 16 + 16  # the generator's, built first
+    generator, critic = 8 * 32 + 32 + 32 * 16 + 16, 16 * 64 + 64 + 64 * 1 + 1
+    assert (doc["job"]["param_count"], doc["job"]["grad_bytes"]) == (generator + critic, 4 * (generator + critic))
+    # past the first iteration (the critic's step alone: the generator's optimizer had not stepped
+    # yet), each holds the five forwards, two backwards and two steps of the loop, at its batch of 16
+    shapes = {(it["forwards"], it["backwards"], it["steps"], it["batch_size"])
+              for r in doc["ranks"] for it in r["iterations"][1:]}
+    assert shapes == {(5, 2, 2, 16)}
+    assert doc["job"]["buckets"] == [] and doc["summary"]["buckets"] == []
     warning = next(w for w in doc["warnings"] if "DistributedDataParallel" in w)
-    assert "wraps 2 models" in warning and "call srifty.step() once per step" in warning
+    assert "wraps 2 models" in warning and "allreduces them again" in warning
     assert doc["job"]["ddp_models"] == 2
     # predict says so of a step across workers, where the allreduce counts, and not of one worker alone
     res = run_srifty("predict", "--profile", str(out), "--config", "2xc5.2xlarge", "--config", "1xc5.2xlarge:1")

@@ -162,7 +162,7 @@ class JobProfile:
     conv_flop_share: float | None = None  # the share of those FLOPs in convolutions (profiler or trace)
     operators: OperatorCounts | None = None  # one iteration's operators (srifty.profiling.opcount)
     memory: tuple[MemoryFootprint, ...] = ()  # one worker's tensor memory, per profiled batch (srifty.features.memory)
-    ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are the first's
+    ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are all of theirs
     accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
     synced_passes: int = 1  # of those, the passes that allreduce their gradients (job.synced_passes)
     script: str | None = None  # the training script the profiles ran (as recorded)

@@ -70,9 +70,10 @@ def gradient_estimated_note(grad_bytes: float) -> str:
 
 def several_models_note(model: str, ddp_models: int) -> str:
     """Said of a multi-worker estimate for a job whose script trains several DDP models."""
-    return (f"{model}'s script trains {ddp_models} DDP models (a GAN's networks, say) and its profile counted the "
-            "first one's gradients: the allreduce simulated is that model's alone, so the step across workers is "
-            "likely longer than predicted (srifty profiles a job of one DDP model; docs/profiling.md, *Marking "
+    return (f"{model}'s script trains {ddp_models} DDP models (a GAN's networks, say): each model's gradients "
+            "are simulated allreduced once a step, as they become ready evenly through backward; where one "
+            "model's are also computed in another's step (a GAN's critic in the generator's), DDP allreduces "
+            "them again and the step across workers is longer than predicted (docs/profiling.md, *Marking "
             "iterations*)")
 
 

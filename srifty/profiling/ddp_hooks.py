@@ -58,19 +58,18 @@ class DdpHooks:
     def attach_ddp(self, ddp: DistributedDataParallel) -> None:
         recorder = self.recorder
         recorder.ddp_models += 1
-        params = [p for p in ddp.module.parameters() if p.requires_grad]
-        recorder._ddp = weakref.ref(ddp)
-        if not recorder._param_numels:
-            recorder._param_numels = [int(p.numel()) for p in params]
-        if not recorder.model:
-            dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
-            recorder.model = {
-                "param_count": int(sum(p.numel() for p in params)),
-                "grad_bytes": int(sum(p.numel() * p.element_size() for p in params)),
-                "grad_dtype": dtypes[0] if len(dtypes) == 1 else "mixed",
-                "module_class": type(ddp.module).__name__,
-                "bucket_cap_mb": getattr(ddp, "bucket_bytes_cap", 25 * 1024 * 1024) / (1024 * 1024),
-            }
+        recorder._ddps.append(weakref.ref(ddp))
+        # every DDP model's gradients are allreduced (a GAN's two networks): the job's figures are theirs summed
+        params = [p for d in recorder.ddp_modules() for p in d.module.parameters() if p.requires_grad]
+        recorder._param_numels = [int(p.numel()) for p in params]
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+        recorder.model.update({
+            "param_count": int(sum(p.numel() for p in params)),
+            "grad_bytes": int(sum(p.numel() * p.element_size() for p in params)),
+            "grad_dtype": dtypes[0] if len(dtypes) == 1 else "mixed",
+        })
+        recorder.model.setdefault("module_class", type(ddp.module).__name__)
+        recorder.model.setdefault("bucket_cap_mb", getattr(ddp, "bucket_bytes_cap", 25 * 1024 * 1024) / (1024 * 1024))
         ddp._srifty_user_hook = False  # type: ignore[attr-defined]
         ddp.register_forward_pre_hook(self.on_forward_pre, with_kwargs=True)
         ddp.register_forward_hook(self.on_forward_post)
@@ -90,7 +89,7 @@ class DdpHooks:
             recorder._flops.start()
         recorder.forward_calls += 1
         mark = recorder.clock.mark()
-        if not recorder.explicit and (recorder._open is None or recorder._open.steps > 0):
+        if not recorder.explicit and (recorder._open is None or recorder.step_complete()):
             recorder._boundary(mark)
         it = recorder._open
         if it is None:
@@ -216,6 +215,8 @@ class DdpHooks:
         end = recorder.clock.mark()
         recorder._open.optimizer_s += recorder.clock.seconds(end) - recorder.clock.seconds(recorder._step_started)
         recorder._open.steps += 1
+        recorder._open.stepped.add(id(optimizer))
+        recorder._recent_steps.append(id(optimizer))
         recorder._open.step_end = end
         if recorder._counter is not None:
             recorder._counter.mark_held()

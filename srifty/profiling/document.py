@@ -98,13 +98,20 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
         )
     ddp_models = max((int(r.get("ddp_models") or 0) for r in ranks), default=0)
     if ddp_models > 1:
+        # each model's buckets are numbered from 0, and one backward may allreduce several models'
+        layout = []
+        if summary:
+            summary["buckets"] = []
         warnings.append(
-            f"the script wraps {ddp_models} models in DistributedDataParallel (a GAN's two networks, say), and "
-            "srifty profiles a job of one: its gradients (job.param_count, grad_bytes, buckets) are the first "
-            "model's, so steps across workers are predicted with too little to allreduce, and an iteration "
-            "ends at the first forward after an optimizer step"
-            + ("." if any(r.get("explicit_api") for r in ranks) else
-               ", which may be part of a training step: call srifty.step() once per step to mark them.")
+            f"the script wraps {ddp_models} models in DistributedDataParallel (a GAN's two networks, say): "
+            "job.param_count and grad_bytes are theirs summed, and srifty predicts steps across workers with "
+            "each model's gradients allreduced once, as they become ready evenly through backward (the "
+            "models' buckets are not recorded). Where one model's gradients are also computed in another's "
+            "step (a GAN's critic in the generator's), DDP allreduces them again, and those steps take longer "
+            "than predicted."
+            + ("" if any(r.get("explicit_api") for r in ranks) else
+               " An iteration is one step of every optimizer that stepped lately; srifty.step() marks "
+               "iterations where that is not the script's training step.")
         )
     if model.get("operators_not_counted"):
         warnings.append(model["operators_not_counted"])
@@ -149,7 +156,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "memory": model.get("memory"),
             "bucket_cap_mb": model.get("bucket_cap_mb"),
             "buckets": layout,
-            "ddp_models": ddp_models,  # the figures above are the first one's
+            "ddp_models": ddp_models,  # the gradient figures above are all of theirs
             "accumulation": passes,
             "synced_passes": synced,
         },

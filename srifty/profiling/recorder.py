@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,6 +37,7 @@ from srifty.profiling.opcount import NOT_COUNTED_COMPILED, OperatorCounter, comp
 from srifty.profiling.timing import Clock, _OpenIteration, describe_device, iteration_record, step_batch
 
 STOP_KEY = "srifty/stop_at_iteration"
+RECENT_STEPS = 16  # an optimizer not stepped in this many steps (a warm-up's) no longer holds an iteration open
 STOP_MARGIN = 3
 
 
@@ -90,15 +92,17 @@ class Recorder:
         self.model: dict[str, Any] = {}
         self.bucket_layout: list[dict[str, Any]] = []
         self.forward_calls = 0
-        self.ddp_models = 0  # DistributedDataParallel modules built (the model's figures are the first's)
+        self.ddp_models = 0  # DistributedDataParallel modules built (the model's figures are all of theirs)
         # the dimension of a forward's first input that holds the batch, once the first forward's
         # layers were watched for it (DdpHooks); None before: the first dimension is taken
         self.batch_dim: int | None = None
         self._flops = _FlopCount()
         self._counter: OperatorCounter | None = None
         self._param_numels: list[int] = []
-        self._ddp: Any = None  # weakref to the DDP module (DdpHooks.attach_ddp)
+        self._ddps: list[Any] = []  # weakrefs to the DDP modules, in the order built (DdpHooks.attach_ddp)
         self._optimizers: Any = weakref.WeakSet()  # the optimizers that stepped (DdpHooks.on_step_pre)
+        # the optimizers of the last RECENT_STEPS steps (ids): a training step is one step of each
+        self._recent_steps: deque[int] = deque(maxlen=RECENT_STEPS)
         self._bucket_storages: dict[int, Any] = {}  # index -> weakref to DDP's bucket storage (saw_bucket)
         self._in_backward = False
         self.backward_calls = 0
@@ -121,6 +125,12 @@ class Recorder:
         self.hooks = DdpHooks(self)
 
     # ----- iteration boundaries -------------------------------------------------
+    def step_complete(self) -> bool:
+        """Whether the open iteration has stepped every optimizer that stepped lately (a GAN's two
+        networks each step once a training step): the next forward then starts another iteration."""
+        it = self._open
+        return it is not None and it.steps > 0 and it.stepped.issuperset(self._recent_steps)
+
     def _boundary(self, mark: Any) -> None:
         """Close the open iteration (if it did any work) and open a new one at ``mark``."""
         prev = self._open
@@ -153,8 +163,7 @@ class Recorder:
             return
         try:
             counter = OperatorCounter(self.phase, self._param_numels)
-            ddp = self._ddp() if self._ddp is not None else None
-            if ddp is not None:
+            for ddp in self.ddp_modules():
                 counter.watch_recurrent(ddp.module.modules())
             counter.track_start(self._state_tensors(),
                                 [b for ref in self._bucket_storages.values() if (b := ref()) is not None])
@@ -174,14 +183,18 @@ class Recorder:
         except Exception:  # noqa: BLE001
             pass
 
+    def ddp_modules(self) -> list[DistributedDataParallel]:
+        """The DDP modules the script built that are still alive, in the order built."""
+        return [ddp for ref in self._ddps if (ddp := ref()) is not None]
+
     def _state_tensors(self) -> list[Any]:
-        """What a worker holds between iterations: the DDP module's parameters, buffers and
+        """What a worker holds between iterations: the DDP modules' parameters, buffers and
         gradients, and the state of the optimizers that have stepped."""
-        ddp = self._ddp() if self._ddp is not None else None
-        if ddp is None:
+        ddps = self.ddp_modules()
+        if not ddps:
             return []
-        out = [*ddp.module.parameters(), *ddp.module.buffers()]
-        out += [p.grad for p in ddp.module.parameters() if p.grad is not None]
+        out = [t for ddp in ddps for t in (*ddp.module.parameters(), *ddp.module.buffers())]
+        out += [p.grad for ddp in ddps for p in ddp.module.parameters() if p.grad is not None]
         for opt in list(self._optimizers):
             out += [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
         return out

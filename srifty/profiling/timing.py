@@ -74,6 +74,7 @@ class _OpenIteration:
     forwards: int = 0
     backwards: int = 0
     steps: int = 0
+    stepped: set[int] = field(default_factory=set)  # the optimizers (ids) that stepped
     batch_size: int | None = None  # the first forward's
     samples: int = 0  # every forward's batch, summed
     synced_backwards: int = 0  # backwards whose gradient buckets were allreduced (not under no_sync)
