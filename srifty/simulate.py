@@ -37,6 +37,16 @@ DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
 DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first (last-layer) bucket is capped at 1 MiB
 TREE_BANDWIDTH_SHARE = 0.92  # the tree's bandwidth against the ring's across nodes (ncclTopoTuneModel)
 DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ≈ 2× forward FLOPs; used only when a profile has no split
+# DDP's communication hooks as a profile names them (job.comm_hook; "builtin:" for the C++ ones) and
+# the bytes each allreduces per gradient element: the compression hooks cast to 16 bits (a wrapper
+# casts what the hook it wraps sends); None: the gradients as they are
+_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
+HOOK_ELEMENT_BYTES: dict[str, int | None] = {
+    _HOOKS + "allreduce_hook": None, "builtin:ALLREDUCE": None,
+    _HOOKS + "fp16_compress_hook": 2, _HOOKS + "bf16_compress_hook": 2, "builtin:FP16_COMPRESS": 2,
+    _HOOKS + "fp16_compress_wrapper.<locals>.fp16_compress_wrapper_hook": 2,
+    _HOOKS + "bf16_compress_wrapper.<locals>.bf16_compress_wrapper_hook": 2,
+}
 
 
 @dataclass(frozen=True)
@@ -230,3 +240,15 @@ def accumulated_step(one_pass: SimResult, passes: int, synced: int, optimizer_ms
     compute = one_pass.compute_ms * passes
     exposed = one_pass.exposed_comm_ms * synced
     return SimResult(compute + exposed + optimizer_ms, compute, one_pass.allreduce_ms * synced, exposed)
+
+
+def hook_wire_share(hook: str | None, grad_element_bytes: float) -> float | None:
+    """The share of the gradients' bytes that DDP's communication ``hook`` allreduces (1 where the
+    script registers none), for gradients of ``grad_element_bytes`` per element; None for a hook
+    srifty does not know (PowerSGD, the script's own)."""
+    if hook is None:
+        return 1.0
+    if hook not in HOOK_ELEMENT_BYTES:
+        return None
+    sent = HOOK_ELEMENT_BYTES[hook]
+    return 1.0 if sent is None or grad_element_bytes <= 0 else min(1.0, sent / grad_element_bytes)

@@ -142,6 +142,34 @@ def test_only_nvlink_nodes_get_the_hierarchical_allreduce() -> None:
         assert est.sim_ms == pytest.approx(best if hierarchical else ring)
 
 
+def test_a_compressing_communication_hook_allreduces_its_share_of_the_gradients() -> None:
+    """DDP's fp16/bf16 compression hooks (Python or builtin) send two bytes per gradient element:
+    half of float32 gradients, all of float16 ones; a hook srifty does not know keeps the
+    gradients as they are, and a step across nodes says so."""
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run
+
+    cat = Catalog.default()
+    config = parse_config("2xg4dn.12xlarge").resolved(cat)
+    fp16 = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook"
+
+    def built(hook: str | None, grad_bytes: int = 100_000_000) -> Any:
+        job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 256, 80.0)], param_count=25_000_000, grad_bytes=grad_bytes,
+                         comm_hook=hook)
+        return FeatureBuilder(job, cat)
+
+    plain = built(None).buckets()[0]
+    assert sum(plain) == pytest.approx(100_000_000)
+    for hook in (fp16, "builtin:FP16_COMPRESS"):
+        assert built(hook).buckets()[0] == pytest.approx([b / 2 for b in plain])
+    assert built(fp16, grad_bytes=50_000_000).buckets()[0] == pytest.approx(built(None, 50_000_000).buckets()[0])
+    ests = {hook: built(hook).estimate(config, 256) for hook in (None, fp16, "my.own_hook")}
+    assert ests[fp16].sim_ms < ests[None].sim_ms == ests["my.own_hook"].sim_ms
+    assert any("my.own_hook, which srifty does not know" in n for n in ests["my.own_hook"].notes)
+    assert not any("does not know" in n for n in ests[fp16].notes)
+
+
 def test_overlap_simulation() -> None:
     link = Link(1.0, 0.0)
     # 2 buckets of 10 MB over 2 workers on 1 GB/s: 10 ms each. compute 100 ms, backward 60 ms.

@@ -261,6 +261,30 @@ def test_a_compiled_model_is_profiled_and_says_its_operators_were_not_counted(
     assert not any("torch.compile" in w for w in doc["warnings"])
 
 
+@pytest.mark.parametrize("hook, named, warned", [
+    ("builtin-fp16", "builtin:FP16_COMPRESS", "cannot time"),
+    ("fp16", "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook", None),
+    ("powersgd", "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook", "not one srifty knows"),
+])
+def test_a_script_s_communication_hook_is_named_and_kept(
+        tmp_path: Path, hook: str, named: str, warned: str | None) -> None:
+    """The script's own DDP communication hook stays the one that runs: srifty wraps a Python hook
+    to time its buckets, and leaves a builtin (C++) one alone, which it used to replace, failing
+    the script; the profile names the hook and says what srifty cannot see of it."""
+    out = tmp_path / f"{hook}.json"
+    res = run_srifty("profile", str(SCRIPTS / "comm_hook.py"), *QUICK, "--out", str(out), "--", hook)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["job"]["comm_hook"] == named
+    said = [w for w in doc["warnings"] if "communication hook" in w]
+    assert (warned in said[0]) if warned else not said
+    # a builtin hook's buckets go untimed; a Python one's are timed as DDP's own allreduce is
+    assert bool(doc["job"]["buckets"]) == (hook != "builtin-fp16")
+    if hook == "powersgd":  # predict says so of a step across workers
+        res = run_srifty("predict", "--profile", str(out), "--config", "2xg5.xlarge")
+        assert res.returncode == 0 and "which srifty does not know" in res.stderr
+
+
 def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> None:
     """A GAN wraps two models in DDP, each with its own optimizer: an iteration is the training
     step, one step of each optimizer (not one per optimizer step, which halved its time), and the

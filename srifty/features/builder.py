@@ -18,7 +18,7 @@ from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
                                    overlap_checked_note, overlap_fitted_note, prior_network_note,
-                                   several_models_note)
+                                   several_models_note, unknown_hook_note)
 from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowBatch, RowEstimate, WorkerLayout, group_batches
 from srifty.opmodel import GpuStepModel
 from srifty.simulate import Link
@@ -148,14 +148,19 @@ class FeatureBuilder(WorkerCompute):
         return hw.intra.gbytes_per_s
 
     def buckets(self) -> tuple[list[float], Sequence[float] | None]:
-        """The gradient buckets DDP allreduces (the profile's, else the default layout of the
-        gradient size) and the share of backward done when each is ready (None: not recorded)."""
+        """The bytes DDP allreduces per gradient bucket (the profile's buckets, else the default
+        layout of the gradient size; a compressing communication hook's share of them,
+        simulate.hook_wire_share) and the share of backward done when each is ready (None: not
+        recorded)."""
         if self._buckets is None:
             gb = self.grad_bytes
             buckets = self.job.bucket_bytes if self.job.bucket_bytes else simulate.bucket_layout(gb)
             if self.job.bucket_bytes and abs(sum(buckets) - gb) > 0.01 * gb:
                 buckets = simulate.bucket_layout(gb)
-            self._buckets = buckets, (self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None)
+            fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
+            per_element = gb / self.job.param_count if self.job.param_count else _bytes_per_param(self.job.precision)
+            share = simulate.hook_wire_share(self.job.comm_hook, per_element) or 1.0
+            self._buckets = [b * share for b in buckets] if share != 1.0 else buckets, fracs
         return self._buckets
 
     def recorded_ready(self, layout: WorkerLayout) -> bool:
@@ -299,6 +304,8 @@ class FeatureBuilder(WorkerCompute):
                 notes.append(gradient_estimated_note(gb))
             if self.job.ddp_models > 1 and sum(wpn_all) > 1:
                 notes.append(several_models_note(self.job.model, self.job.ddp_models))
+            if self.job.comm_hook and simulate.hook_wire_share(self.job.comm_hook, 4) is None and sum(wpn_all) > 1:
+                notes.append(unknown_hook_note(self.job.model, self.job.comm_hook))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             step_low, step_high, overlap = batch_low, batch_high, "none"

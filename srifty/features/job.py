@@ -165,6 +165,7 @@ class JobProfile:
     ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are all of theirs
     accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
     synced_passes: int = 1  # of those, the passes that allreduce their gradients (job.synced_passes)
+    comm_hook: str | None = None  # the script's DDP communication hook (job.comm_hook; simulate.hook_wire_share)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -231,9 +232,8 @@ class JobProfile:
         """The runs of each type alone (mixed runs left out)."""
         def build(runs: list[Run]) -> dict[str, list[Run]]:
             table: dict[str, list[Run]] = {}
-            for r in runs:
-                if not r.mixed:
-                    table.setdefault(r.instance_type, []).append(r)
+            for r in (r for r in runs if not r.mixed):
+                table.setdefault(r.instance_type, []).append(r)
             return table
 
         return self._index("_by_type", build)
@@ -325,6 +325,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.ddp_models = max(job.ddp_models, int(j.get("ddp_models") or 1))
         job.accumulation = max(job.accumulation, int(j.get("accumulation") or 1))
         job.synced_passes = max(job.synced_passes, int(j.get("synced_passes") or 1))
+        job.comm_hook = job.comm_hook or j.get("comm_hook")
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:

@@ -77,6 +77,14 @@ def several_models_note(model: str, ddp_models: int) -> str:
             "iterations*)")
 
 
+def unknown_hook_note(model: str, hook: str) -> str:
+    """Said of a multi-worker estimate for a job whose script registers a DDP communication hook
+    srifty does not know (simulate.HOOK_ELEMENT_BYTES)."""
+    return (f"{model}'s script registers the DDP communication hook {hook}, which srifty does not know: the "
+            "allreduce is simulated with the gradients as they are, and a hook that compresses them (PowerSGD) "
+            "makes the step across workers shorter than predicted")
+
+
 def default_batch_note(batch: int, measured: Sequence[int], option: str) -> str | None:
     """Said where no per-worker batch was given and the profiles hold several: which one is taken
     (:func:`srifty.features.rows.default_batch`) and how to choose. None where they hold one."""

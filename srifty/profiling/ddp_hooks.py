@@ -6,12 +6,14 @@ forward time, per-worker batch size: the first dimension of the forward's first 
 where a sequence-first recurrent or attention layer inside takes that as its batch, or the length
 of a list of images), wraps ``torch.autograd.backward`` (backward wall time) and registers the
 global optimizer step hooks (optimizer time). Gradient buckets are timed by a communication hook
-wrapping DDP's own allreduce, or the user's hook. The hooks write into the recorder's open
+wrapping DDP's own allreduce, or the user's hook (a builtin C++ hook cannot be wrapped: its buckets
+go untimed). The hooks write into the recorder's open
 iteration (:mod:`srifty.profiling.recorder` holds that state and closes it).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -30,9 +32,19 @@ if TYPE_CHECKING:
 
 _ORIGINAL_DDP_INIT = DistributedDataParallel.__init__
 _ORIGINAL_REGISTER_COMM_HOOK = DistributedDataParallel.register_comm_hook
+_ORIGINAL_REGISTER_BUILTIN_COMM_HOOK = DistributedDataParallel._register_builtin_comm_hook
 # layers whose ``batch_first`` says where their input's batch is: sequence first (dimension 1)
 # unless it is set, as in PyTorch's default for recurrent and attention layers
 LAYOUT_LAYERS = (nn.RNNBase, nn.MultiheadAttention)
+
+
+def comm_hook_name(hook: Any) -> str:
+    """A DDP communication hook as the profile names it (``job.comm_hook``): its module and
+    qualified name, the hook inside where ``register_ddp_comm_hook`` wraps it in a partial."""
+    if isinstance(hook, functools.partial):
+        inner = hook.keywords.get("comm_hook")
+        return comm_hook_name(inner if inner is not None else hook.func)
+    return f"{getattr(hook, '__module__', None) or '?'}.{getattr(hook, '__qualname__', type(hook).__name__)}"
 
 
 def sequence_first_batch(module: Any, args: Any) -> int | None:

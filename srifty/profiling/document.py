@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from srifty import profile
+from srifty import profile, simulate
 from srifty.profiling.request import ProfileRequest
 from srifty.profiling.supervisor import RunOutcome
 
@@ -113,6 +113,19 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
                " An iteration is one step of every optimizer that stepped lately; srifty.step() marks "
                "iterations where that is not the script's training step.")
         )
+    hook = model.get("comm_hook")
+    if hook and hook.startswith("builtin:"):
+        warnings.append(
+            f"the script registers DDP's builtin communication hook {hook.removeprefix('builtin:')}, which srifty "
+            "cannot time: the profile has no gradient buckets or ready times, and with several workers its backward "
+            "includes the wait for the allreduce. Register the same hook in Python to profile it (for FP16_COMPRESS "
+            "model.register_comm_hook(None, default_hooks.fp16_compress_hook), from "
+            "torch.distributed.algorithms.ddp_comm_hooks).")
+    elif hook and simulate.hook_wire_share(hook, 4) is None:
+        warnings.append(
+            f"the script's DDP communication hook {hook} is not one srifty knows: steps across workers are "
+            "predicted with the gradients allreduced as they are, as DDP's default hook sends them; a hook that "
+            "compresses them (PowerSGD) sends less, and those steps may take less time than predicted.")
     if model.get("operators_not_counted"):
         warnings.append(model["operators_not_counted"])
     if summary and achieved is not None and achieved > request.target_rel_ci:
@@ -155,6 +168,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "operators": model.get("operators"),
             "memory": model.get("memory"),
             "bucket_cap_mb": model.get("bucket_cap_mb"),
+            "comm_hook": model.get("comm_hook"),
             "buckets": layout,
             "ddp_models": ddp_models,  # the gradient figures above are all of theirs
             "accumulation": passes,

@@ -39,7 +39,13 @@ from typing import Any, Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from srifty.profiling.ddp_hooks import _ORIGINAL_DDP_INIT, _ORIGINAL_REGISTER_COMM_HOOK, DdpHooks
+from srifty.profiling.ddp_hooks import (
+    _ORIGINAL_DDP_INIT,
+    _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK,
+    _ORIGINAL_REGISTER_COMM_HOOK,
+    DdpHooks,
+    comm_hook_name,
+)
 from srifty.profiling.modelmath import forward_flops, math_precision
 from srifty.profiling.recorder import STOP_KEY, STOP_MARGIN, ProfilingComplete, Recorder, WorkerSettings
 from srifty.profiling.timing import Clock, CudaClock
@@ -65,13 +71,23 @@ def install(settings: WorkerSettings) -> Recorder:
         _ORIGINAL_DDP_INIT(self, *args, **kwargs)
         recorder.attach_ddp(self)
 
+    def script_hook(ddp: DistributedDataParallel, name: str) -> None:
+        """The script registers its own communication hook: srifty places none, and says which."""
+        ddp._srifty_user_hook = True  # type: ignore[attr-defined]
+        ddp._srifty_hook_registered = True  # type: ignore[attr-defined]
+        recorder.model.setdefault("comm_hook", name)
+
     def register_comm_hook(self: DistributedDataParallel, state: Any, hook: Callable[..., Any]) -> Any:
-        self._srifty_user_hook = True  # type: ignore[attr-defined]
-        self._srifty_hook_registered = True  # type: ignore[attr-defined]
+        script_hook(self, comm_hook_name(hook))
         return _ORIGINAL_REGISTER_COMM_HOOK(self, state, recorder.timed_comm_hook(hook))
+
+    def register_builtin_comm_hook(self: DistributedDataParallel, comm_hook_type: Any) -> Any:
+        script_hook(self, f"builtin:{getattr(comm_hook_type, 'name', comm_hook_type)}")
+        return _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK(self, comm_hook_type)
 
     DistributedDataParallel.__init__ = ddp_init  # type: ignore[method-assign]
     DistributedDataParallel.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
+    DistributedDataParallel._register_builtin_comm_hook = register_builtin_comm_hook  # type: ignore[method-assign]
     if not getattr(torch.autograd.backward, "_srifty_wrapped", False):
         torch.autograd.backward = recorder.wrap_backward(torch.autograd.backward)
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
