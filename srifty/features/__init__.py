@@ -28,8 +28,9 @@ from srifty.features.hardware import (DEFAULT_INTRA_GBYTES_PER_S, EFA_MIN_GBPS, 
                                       HALF_PRECISIONS, INTER_LATENCY_US, INTRA_LATENCY_US, PCIE_GBYTES_PER_S,
                                       CONV_FLOPS_WEIGHT, UNKNOWN_CONV_SHARE, Hardware, both_measured, hardware_of,
                                       median_gbytes_per_tflop, transfer_speeds)
-from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, ComputeCurve, JobProfile, Run, job_from_profiles,
-                                 load_corpus, load_job, run_config)
+from srifty.features.curve import ComputeCurve
+from srifty.features.job import (BYTES_PER_PARAM, LOOSE_PROFILE_CI, JobProfile, Run, job_from_profiles, load_corpus,
+                                 load_job, run_config)
 from srifty.features.links import (FLOW_GBPS, FRAME_GOODPUT, MIN_SHORTFALL, NCCL_AWS_FLOWS, PLACEMENT_GROUP_FLOW_GBPS,
                                    PRIOR_NETWORK_SPREAD, TBF_GOODPUT, LinkScale, mixed_ring_slowest_hosts)
 from srifty.features.memory import MemoryFootprint, MemoryNeed, left_out_notes

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Callable
 
 from srifty.errors import SriftyError
 from srifty.features.hardware import Hardware, both_measured, hardware_of, transfer_speeds
-from srifty.features.job import ComputeCurve, JobProfile
+from srifty.features.curve import ComputeCurve
+from srifty.features.job import JobProfile
 from srifty.features.links import LinkScale
 from srifty.features.notes import readable_ms
 from srifty.opmodel import GpuStepModel, StepTerms, shipped_step_model

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Sequence, TypeVar
 
 from srifty import simulate
 from srifty.features.builder import FeatureBuilder
-from srifty.features.job import ComputeCurve, JobProfile, Run, run_config
+from srifty.features.curve import ComputeCurve
+from srifty.features.job import JobProfile, Run, run_config
 from srifty.features.links import LinkScale
 
 if TYPE_CHECKING:

@@ -103,12 +103,13 @@ MODEL_REVISION = 31
 # The code and data the predictions depend on besides the model file: recommend's on-disk cache of
 # predictions is keyed by their bytes (srifty.oracle.PREDICTION_CODE).
 MODEL_CODE = tuple(SRIFTY_DIR / f
-                   for f in ("features/builder.py", "features/compute.py", "features/rows.py", "features/notes.py",
-                             "features/hardware.py", "features/job.py", "features/links.py", "features/measured.py",
-                             "features/memory.py", "features/overlap.py", "simulate.py", "model/__init__.py",
-                             "model/corpus.py", "model/latency.py", "model/residual.py", "model/persistence.py",
-                             "model/predictor.py", "model/table.py", "opmodel.py", "data/gpu_step_model.json", "data/gpu_specs.csv",
-                             "data/gpu_speed_corrections.csv", "data/gpu_transfer_error.json"))
+                   for f in ("features/builder.py", "features/compute.py", "features/curve.py", "features/rows.py",
+                             "features/notes.py", "features/hardware.py", "features/job.py", "features/links.py",
+                             "features/measured.py", "features/memory.py", "features/overlap.py", "simulate.py",
+                             "model/__init__.py", "model/corpus.py", "model/latency.py", "model/residual.py",
+                             "model/persistence.py", "model/predictor.py", "model/table.py", "opmodel.py",
+                             "data/gpu_step_model.json", "data/gpu_specs.csv", "data/gpu_speed_corrections.csv",
+                             "data/gpu_transfer_error.json"))
 
 
 def card_is_current(card: dict[str, Any] | None, data_sha256: str | None = None) -> bool:
