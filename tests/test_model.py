@@ -170,6 +170,24 @@ def test_a_compressing_communication_hook_allreduces_its_share_of_the_gradients(
     assert not any("does not know" in n for n in ests[fp16].notes)
 
 
+def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:
+    """A script with several DDP models (a GAN) is simulated with the bytes a step handed DDP's
+    communication hooks, a critic's gradients twice, not its models' gradients once; where no
+    hook was seen, with the gradients."""
+    from srifty.catalog import Catalog
+    from srifty.features import FeatureBuilder, JobProfile, Run
+
+    cat = Catalog.default()
+
+    def buckets(**kw: Any) -> list[float]:
+        job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], param_count=10_000_000, **kw)
+        return FeatureBuilder(job, cat).buckets()[0]
+
+    assert sum(buckets(ddp_models=2, allreduced_bytes=60_000_000)) == pytest.approx(60_000_000)
+    assert sum(buckets(ddp_models=2)) == sum(buckets()) == pytest.approx(40_000_000)
+    assert sum(buckets(allreduced_bytes=60_000_000)) == pytest.approx(40_000_000)  # one model: its buckets
+
+
 def test_overlap_simulation() -> None:
     link = Link(1.0, 0.0)
     # 2 buckets of 10 MB over 2 workers on 1 GB/s: 10 ms each. compute 100 ms, backward 60 ms.

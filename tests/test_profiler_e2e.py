@@ -287,9 +287,9 @@ def test_a_script_s_communication_hook_is_named_and_kept(
 
 def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> None:
     """A GAN wraps two models in DDP, each with its own optimizer: an iteration is the training
-    step, one step of each optimizer (not one per optimizer step, which halved its time), and the
-    gradients are both models'; the profile says what it cannot see (their buckets, and the
-    critic's gradients allreduced again in the generator's step)."""
+    step, one step of each optimizer (not one per optimizer step, which halved its time), the
+    gradients are both models', and a step allreduces what the hooks were handed; the profile
+    says what it cannot see (their buckets)."""
     out = tmp_path / "gan.json"
     res = run_srifty("profile", str(SCRIPTS / "two_models.py"), *QUICK, "--out", str(out))
     assert res.returncode == 0, res.stderr
@@ -302,8 +302,11 @@ def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> Non
               for r in doc["ranks"] for it in r["iterations"][1:]}
     assert shapes == {(5, 2, 2, 16)}
     assert doc["job"]["buckets"] == [] and doc["summary"]["buckets"] == []
+    # a step hands DDP's hooks the critic's gradients twice (in its step and in the generator's,
+    # whose loss backpropagates through it) and the generator's once
+    assert doc["job"]["allreduced_bytes"] == 4 * (2 * critic + generator)
     warning = next(w for w in doc["warnings"] if "DistributedDataParallel" in w)
-    assert "wraps 2 models" in warning and "allreduces them again" in warning
+    assert "wraps 2 models" in warning and "a step handed to DDP's communication hooks" in warning
     assert doc["job"]["ddp_models"] == 2
     # predict says so of a step across workers, where the allreduce counts, and not of one worker alone
     res = run_srifty("predict", "--profile", str(out), "--config", "2xc5.2xlarge", "--config", "1xc5.2xlarge:1")

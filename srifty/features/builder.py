@@ -157,6 +157,9 @@ class FeatureBuilder(WorkerCompute):
             buckets = self.job.bucket_bytes if self.job.bucket_bytes else simulate.bucket_layout(gb)
             if self.job.bucket_bytes and abs(sum(buckets) - gb) > 0.01 * gb:
                 buckets = simulate.bucket_layout(gb)
+            if self.job.ddp_models > 1 and self.job.allreduced_bytes:
+                # several models: what a step (a pass of it) handed the hooks, a GAN's critic's gradients twice
+                buckets = simulate.bucket_layout(self.job.allreduced_bytes / self.job.synced_passes)
             fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
             per_element = gb / self.job.param_count if self.job.param_count else _bytes_per_param(self.job.precision)
             share = simulate.hook_wire_share(self.job.comm_hook, per_element) or 1.0

@@ -88,6 +88,7 @@ class JobProfile:
     accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
     synced_passes: int = 1  # of those, the passes that allreduce their gradients (job.synced_passes)
     comm_hook: str | None = None  # the script's DDP communication hook (job.comm_hook; simulate.hook_wire_share)
+    allreduced_bytes: int | None = None  # what a step handed DDP's communication hooks (job.allreduced_bytes)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -248,6 +249,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.accumulation = max(job.accumulation, int(j.get("accumulation") or 1))
         job.synced_passes = max(job.synced_passes, int(j.get("synced_passes") or 1))
         job.comm_hook = job.comm_hook or j.get("comm_hook")
+        job.allreduced_bytes = job.allreduced_bytes or j.get("allreduced_bytes")
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:

@@ -169,6 +169,7 @@ class DdpHooks:
             )
             if recorder._open is not None:
                 recorder._open.buckets.append(entry)
+                recorder._open.allreduced_bytes += entry.nbytes
             recorder.saw_bucket(entry.index, buf)
             fut = hook(state, bucket)
 

@@ -62,6 +62,15 @@ def accumulation(ranks: list[dict[str, Any]], count: str = "backwards") -> int:
     return max(set(passes), key=passes.count) if passes else 1
 
 
+def step_allreduced_bytes(ranks: list[dict[str, Any]]) -> int | None:
+    """The bytes a training step hands to DDP's communication hooks, most iterations' figure past
+    the first (whose buckets DDP rebuilds); None where no hook was seen (a builtin one, one worker
+    without DDP's buckets)."""
+    sizes = [int(it.get("allreduced_bytes") or 0) for r in ranks for it in r.get("iterations", [])[1:]]
+    sizes = [b for b in sizes if b > 0]
+    return max(set(sizes), key=sizes.count) if sizes else None
+
+
 def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome,
                  cluster_block: Callable[[ProfileRequest, int, str], dict[str, Any]]) -> dict[str, Any]:
     """The profile of a training run from its ranks' records; ``cluster_block`` is the backend's
@@ -97,18 +106,21 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "layer inside takes its input sequence first, or the length of a list of images)."
         )
     ddp_models = max((int(r.get("ddp_models") or 0) for r in ranks), default=0)
+    allreduced = step_allreduced_bytes(ranks)
     if ddp_models > 1:
         # each model's buckets are numbered from 0, and one backward may allreduce several models'
         layout = []
         if summary:
             summary["buckets"] = []
+        volume = (f"the {allreduced / 1e6:,.3g} MB a step handed to DDP's communication hooks (job.allreduced_bytes; "
+                  "a GAN's critic allreduces its gradients in both networks' steps)" if allreduced else
+                  "each model's gradients allreduced once (no communication hook was seen to count what a step "
+                  "sends)")
         warnings.append(
             f"the script wraps {ddp_models} models in DistributedDataParallel (a GAN's two networks, say): "
-            "job.param_count and grad_bytes are theirs summed, and srifty predicts steps across workers with "
-            "each model's gradients allreduced once, as they become ready evenly through backward (the "
-            "models' buckets are not recorded). Where one model's gradients are also computed in another's "
-            "step (a GAN's critic in the generator's), DDP allreduces them again, and those steps take longer "
-            "than predicted."
+            f"job.param_count and grad_bytes are theirs summed, and srifty predicts steps across workers with {volume}, "
+            "in one allreduce as the gradients become ready evenly through backward (the models' buckets are not "
+            "recorded); the models' backwards allreduce one after another, and those steps may take longer."
             + ("" if any(r.get("explicit_api") for r in ranks) else
                " An iteration is one step of every optimizer that stepped lately; srifty.step() marks "
                "iterations where that is not the script's training step.")
@@ -173,6 +185,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "ddp_models": ddp_models,  # the gradient figures above are all of theirs
             "accumulation": passes,
             "synced_passes": synced,
+            "allreduced_bytes": allreduced,
         },
         "cluster": cluster,
         "environment": profile.environment_info(

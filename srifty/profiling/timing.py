@@ -78,6 +78,7 @@ class _OpenIteration:
     batch_size: int | None = None  # the first forward's
     samples: int = 0  # every forward's batch, summed
     synced_backwards: int = 0  # backwards whose gradient buckets were allreduced (not under no_sync)
+    allreduced_bytes: int = 0  # the bytes of every bucket handed to a communication hook, all backwards
     buckets: list[_Bucket] = field(default_factory=list)
     bwd_start: Any = None
     last_bwd_start: Any = None
@@ -165,6 +166,7 @@ def iteration_record(it: _OpenIteration, end_mark: Any, clock: Clock, index: int
         "steps": it.steps,
         "batch_size": step_batch(it),
         "synced_backwards": it.synced_backwards,
+        "allreduced_bytes": it.allreduced_bytes,
         "buckets": buckets,
     }
     return record
