@@ -454,6 +454,14 @@ def test_script_that_never_calls_backward(tmp_path: Path, no_orphans) -> None:
     no_orphans(str(SCRIPTS / "no_backward.py"))
 
 
+def test_script_that_trains_without_ddp_is_told_what_srifty_predicts(tmp_path: Path, no_orphans) -> None:
+    """A script that trains with another kind of parallelism (here nn.DataParallel; FSDP and
+    DeepSpeed alike) never runs a DDP forward: the error names what it uses and what to do."""
+    res = run_srifty("profile", str(SCRIPTS / "data_parallel.py"), *QUICK, "--out", str(tmp_path / "dp.json"))
+    _assert_clean_error(res, "it trains with torch.nn.DataParallel", "Wrap the model in torch.nn.parallel.")
+    no_orphans(str(SCRIPTS / "data_parallel.py"))
+
+
 def test_worker_crash_keeps_partial_profile_beside_a_complete_one(tmp_path: Path, no_orphans) -> None:
     """The crashed run's records are kept, marked partial; the complete profile already at --out
     (an earlier good run) is not replaced by them but kept, the partial one beside it."""

@@ -6,6 +6,7 @@ script that never completed an iteration (no forward through DDP, no backward, n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from srifty.errors import ProfilingFailed, sentence
@@ -53,6 +54,14 @@ def diagnose_failure(
                 reason = f"the script ran {r0['forward_calls']} forward passes but never called backward()"
             elif not r0.get("forward_calls") and not r0.get("explicit_api"):
                 reason = "the script never ran a forward pass through a DistributedDataParallel model"
+                if other := other_parallelism(request.script):
+                    return ProfilingFailed(
+                        f"Nothing to measure in {script}: it trains with {other}, not DistributedDataParallel.",
+                        "srifty profiles and predicts data parallelism with DDP (every worker holds the whole "
+                        "model and allreduces its gradients); sharded or model-parallel training communicates "
+                        "otherwise and is not predicted. Wrap the model in torch.nn.parallel."
+                        "DistributedDataParallel to profile it as DDP training.",
+                    )
             elif r0.get("forward_calls") and r0.get("backward_calls") and not r0.get("step_calls"):
                 reason = "the script ran forward and backward but never an optimizer step()"
         return ProfilingFailed(
@@ -61,6 +70,21 @@ def diagnose_failure(
             "script trains for more than a few steps, or mark iterations with srifty.step().",
         )
     return None
+
+
+# what a script that trains without DDP calls instead (in its source), and its name in an error
+OTHER_PARALLELISM = (("FullyShardedDataParallel", "FSDP (FullyShardedDataParallel)"),
+                     ("fully_shard", "FSDP2 (fully_shard)"), ("deepspeed", "DeepSpeed"),
+                     ("nn.DataParallel", "torch.nn.DataParallel (one process, several GPUs)"))
+
+
+def other_parallelism(script: str | None) -> str | None:
+    """The other kind of parallel training ``script``'s source names, where it names one."""
+    try:
+        source = Path(script).read_text(errors="replace") if script else ""
+    except OSError:
+        return None
+    return next((name for word, name in OTHER_PARALLELISM if word in source), None)
 
 
 # what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them
