@@ -175,6 +175,7 @@ def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:
     communication hooks, a critic's gradients twice, not its models' gradients once; where no
     hook was seen, with the gradients."""
     from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, JobProfile, Run
 
     cat = Catalog.default()
@@ -186,6 +187,16 @@ def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:
     assert sum(buckets(ddp_models=2, allreduced_bytes=60_000_000)) == pytest.approx(60_000_000)
     assert sum(buckets(ddp_models=2)) == sum(buckets()) == pytest.approx(40_000_000)
     assert sum(buckets(allreduced_bytes=60_000_000)) == pytest.approx(40_000_000)  # one model: its buckets
+    # a GAN's step allreduces in two backwards (each network's step): each takes half the compute
+    # and half the bytes, one after the other, as two synced passes of an accumulating step do
+    config = parse_config("4xg4dn.12xlarge").resolved(cat)
+    gan = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], param_count=10_000_000, ddp_models=2,
+                     allreduced_bytes=60_000_000, synced_passes=2)
+    passes = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], grad_bytes=30_000_000, accumulation=2,
+                        synced_passes=2)
+    one = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], grad_bytes=60_000_000)
+    sims = [FeatureBuilder(j, cat).estimate(config, 64).sim_ms for j in (gan, passes, one)]
+    assert sims[0] == pytest.approx(sims[1]) and sims[0] > sims[2]
 
 
 def test_overlap_simulation() -> None:

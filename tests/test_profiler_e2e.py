@@ -305,6 +305,7 @@ def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> Non
     # a step hands DDP's hooks the critic's gradients twice (in its step and in the generator's,
     # whose loss backpropagates through it) and the generator's once
     assert doc["job"]["allreduced_bytes"] == 4 * (2 * critic + generator)
+    assert doc["job"]["synced_passes"] == 2  # in both networks' steps' backwards
     warning = next(w for w in doc["warnings"] if "DistributedDataParallel" in w)
     assert "wraps 2 models" in warning and "a step handed to DDP's communication hooks" in warning
     assert doc["job"]["ddp_models"] == 2

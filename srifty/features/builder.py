@@ -198,15 +198,18 @@ class FeatureBuilder(WorkerCompute):
         backward over which the buckets become ready, if not the job's. Where the recorded ready times
         do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly; where
         one-worker profiles at several batches recorded them, the nearest batch's hold (with its
-        backward share: JobProfile.ready_times_at). A job that accumulates gradients runs its
-        passes one after another, allreducing in as many as its profile saw (JobProfile.synced_passes)."""
+        backward share: JobProfile.ready_times_at). A step of several backwards (a job that
+        accumulates gradients, a GAN) runs them one after another, allreducing in as many as its
+        profile saw (JobProfile.synced_passes)."""
         buckets, fracs = self.buckets()
         backward = self.job.backward_fraction
         if fracs is not None and not self.recorded_ready(layout):
             fracs = None
         elif fracs is not None and (nearest := self.job.ready_times_at(layout.batch)) is not None:
             fracs, backward = nearest.fractions, nearest.backward_fraction  # recorded nearest this batch
-        passes, optimizer_ms = self.job.accumulation, layout.step_alone_ms - layout.compute_ms
+        # the backwards of a step, one after another: an accumulating step's passes, a GAN's two networks' steps
+        passes = max(self.job.accumulation, self.job.synced_passes)
+        optimizer_ms = layout.step_alone_ms - layout.compute_ms
         one_pass = simulate.simulate_iteration(
             layout.compute_ms / passes, buckets, layout.workers_per_node, layout.intra, inter,
             window or backward or simulate.DEFAULT_BACKWARD_FRACTION, fracs,

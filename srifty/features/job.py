@@ -86,7 +86,7 @@ class JobProfile:
     memory: tuple[MemoryFootprint, ...] = ()  # one worker's tensor memory, per profiled batch (srifty.features.memory)
     ddp_models: int = 1  # DDP models the profiled script trains (job.ddp_models); the gradients are all of theirs
     accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
-    synced_passes: int = 1  # of those, the passes that allreduce their gradients (job.synced_passes)
+    synced_passes: int = 1  # the backwards a step allreduces in (job.synced_passes; a GAN's: two)
     comm_hook: str | None = None  # the script's DDP communication hook (job.comm_hook; simulate.hook_wire_share)
     allreduced_bytes: int | None = None  # what a step handed DDP's communication hooks (job.allreduced_bytes)
     script: str | None = None  # the training script the profiles ran (as recorded)

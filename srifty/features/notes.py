@@ -71,10 +71,9 @@ def gradient_estimated_note(grad_bytes: float) -> str:
 def several_models_note(model: str, ddp_models: int) -> str:
     """Said of a multi-worker estimate for a job whose script trains several DDP models."""
     return (f"{model}'s script trains {ddp_models} DDP models (a GAN's networks, say): what a step handed DDP's "
-            "communication hooks (or, where none was seen, each model's gradients once) is simulated in one "
-            "allreduce as the gradients become ready evenly through backward, while the models' backwards "
-            "allreduce one after another: the step across workers may be longer than predicted "
-            "(docs/profiling.md, *Marking iterations*)")
+            "communication hooks (or, where none was seen, each model's gradients once) is simulated shared by "
+            "the backwards that allreduce, each as its gradients become ready evenly through it, since the "
+            "models' buckets are not recorded (docs/profiling.md, *Marking iterations*)")
 
 
 def unknown_hook_note(model: str, hook: str) -> str:

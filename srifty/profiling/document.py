@@ -53,22 +53,23 @@ def _sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def accumulation(ranks: list[dict[str, Any]], count: str = "backwards") -> int:
+def accumulation(ranks: list[dict[str, Any]]) -> int:
     """The forward-backward passes per optimizer step where the script accumulates gradients
-    (profile.step_passes, more than one), most iterations' count; 1 where it does not.
-    ``count="synced_backwards"``: of those passes, the ones that allreduced their gradients."""
-    passes = [int(it.get(count) or 0) for r in ranks for it in r.get("iterations", [])
+    (profile.step_passes, more than one), most iterations' count; 1 where it does not."""
+    passes = [int(it.get("backwards") or 0) for r in ranks for it in r.get("iterations", [])
               if profile.step_passes(it.get("forwards") or 0, it.get("backwards") or 0, it.get("steps") or 0)]
     return max(set(passes), key=passes.count) if passes else 1
 
 
-def step_allreduced_bytes(ranks: list[dict[str, Any]]) -> int | None:
-    """The bytes a training step hands to DDP's communication hooks, most iterations' figure past
-    the first (whose buckets DDP rebuilds); None where no hook was seen (a builtin one, one worker
-    without DDP's buckets)."""
-    sizes = [int(it.get("allreduced_bytes") or 0) for r in ranks for it in r.get("iterations", [])[1:]]
-    sizes = [b for b in sizes if b > 0]
-    return max(set(sizes), key=sizes.count) if sizes else None
+def most_iterations(ranks: list[dict[str, Any]], key: str) -> int | None:
+    """An iteration record's figure ``key`` in most iterations past the first (whose buckets DDP
+    rebuilds), of those where it is positive; None where it is in none. ``synced_backwards``: the
+    backwards a step allreduces in (an accumulating step's passes not under no_sync(), a GAN's two
+    networks' steps); ``allreduced_bytes``: what a step hands DDP's communication hooks (none seen
+    where the hook is builtin)."""
+    values = [int(it.get(key) or 0) for r in ranks for it in r.get("iterations", [])[1:]]
+    values = [v for v in values if v > 0]
+    return max(set(values), key=values.count) if values else None
 
 
 def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome,
@@ -87,8 +88,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     passes = max(1, accumulation(ranks))  # forward-backward passes per optimizer step: detected is their sum
     summary, warmup, achieved = profile.summarise_training(ranks, world, local_bs)
     warnings = []
-    # of the step's passes, those that allreduced their gradients (at least the last one)
-    synced = min(max(accumulation(ranks, "synced_backwards"), 1), passes)
+    synced = most_iterations(ranks, "synced_backwards") or 1
     if passes > 1 and detected:
         warnings.append(
             f"the script accumulates gradients: {passes} forward-backward passes of about {detected // passes} "
@@ -106,7 +106,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "layer inside takes its input sequence first, or the length of a list of images)."
         )
     ddp_models = max((int(r.get("ddp_models") or 0) for r in ranks), default=0)
-    allreduced = step_allreduced_bytes(ranks)
+    allreduced = most_iterations(ranks, "allreduced_bytes")
     if ddp_models > 1:
         # each model's buckets are numbered from 0, and one backward may allreduce several models'
         layout = []
@@ -119,8 +119,8 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
         warnings.append(
             f"the script wraps {ddp_models} models in DistributedDataParallel (a GAN's two networks, say): "
             f"job.param_count and grad_bytes are theirs summed, and srifty predicts steps across workers with {volume}, "
-            "in one allreduce as the gradients become ready evenly through backward (the models' buckets are not "
-            "recorded); the models' backwards allreduce one after another, and those steps may take longer."
+            f"shared by the {synced} backward(s) a step allreduces in (job.synced_passes), each allreducing as its "
+            "gradients become ready evenly through it (the models' buckets are not recorded)."
             + ("" if any(r.get("explicit_api") for r in ranks) else
                " An iteration is one step of every optimizer that stepped lately; srifty.step() marks "
                "iterations where that is not the script's training step.")
