@@ -25,6 +25,9 @@ microseconds for link latency.
 - gradient accumulation (:func:`accumulated_step`): a step of several forward-backward passes,
   each like the one simulated; a pass allreduces its buckets during its own backward, and a
   pass under DDP's ``no_sync()`` is compute alone.
+- a sharded optimizer (:func:`with_parameter_gather`, ZeroRedundancyOptimizer): after its step
+  each worker sends its shard of the parameters to the others, a ring all-gather, half a ring
+  allreduce's traffic and steps, which nothing hides.
 """
 
 from __future__ import annotations
@@ -252,3 +255,12 @@ def hook_wire_share(hook: str | None, grad_element_bytes: float) -> float | None
         return None
     sent = HOOK_ELEMENT_BYTES[hook]
     return 1.0 if sent is None or grad_element_bytes <= 0 else min(1.0, sent / grad_element_bytes)
+
+
+def with_parameter_gather(step: SimResult, param_bytes: float, workers_per_node: Sequence[int], intra: Link,
+                          inter: Link, hierarchical: bool = True) -> SimResult:
+    """``step`` followed by the parameter all-gather of a sharded optimizer (every worker
+    receiving the others' shards of ``param_bytes``): half an allreduce of them, exposed."""
+    gather = allreduce_ms(param_bytes, workers_per_node, intra, inter, hierarchical) / 2.0
+    return SimResult(step.iteration_ms + gather, step.compute_ms, step.allreduce_ms + gather,
+                     step.exposed_comm_ms + gather)

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,33 @@ def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:
     one = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], grad_bytes=60_000_000)
     sims = [FeatureBuilder(j, cat).estimate(config, 64).sim_ms for j in (gan, passes, one)]
     assert sims[0] == pytest.approx(sims[1]) and sims[0] > sims[2]
+
+
+def test_a_sharded_optimizer_gathers_the_parameters_after_the_allreduce() -> None:
+    """ZeRO stage 1 (ZeroRedundancyOptimizer): after the gradients' allreduce each worker sends its
+    updated shard of the parameters to the others, half an allreduce of them, hidden by nothing."""
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run
+
+    cat = Catalog.default()
+    config = parse_config("4xg4dn.12xlarge").resolved(cat)
+    sims = {}
+    for sharded in (None, "ZeroRedundancyOptimizer"):
+        job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], param_count=25_000_000,
+                         sharded_optimizer=sharded)
+        fb = FeatureBuilder(job, cat)
+        layout = fb.workers(config, 64)
+        sims[sharded] = fb.simulated(config, layout, layout.inter)
+    plain, zero = sims[None], sims["ZeroRedundancyOptimizer"]
+    gather = simulate.allreduce_ms(100_000_000, [4] * 4, layout.intra, layout.inter, hierarchical=False) / 2
+    assert gather > 0 and zero.iteration_ms == pytest.approx(plain.iteration_ms + gather)
+    assert zero.exposed_comm_ms == pytest.approx(plain.exposed_comm_ms + gather)
+    one = parse_config("1xg4dn.xlarge").resolved(cat)  # one worker: nothing to gather
+    job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], param_count=25_000_000,
+                     sharded_optimizer="ZeroRedundancyOptimizer")
+    assert FeatureBuilder(job, cat).estimate(one, 64).sim_ms == pytest.approx(
+        FeatureBuilder(replace(job, sharded_optimizer=None), cat).estimate(one, 64).sim_ms)
 
 
 def test_overlap_simulation() -> None:

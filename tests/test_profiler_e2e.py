@@ -285,6 +285,19 @@ def test_a_script_s_communication_hook_is_named_and_kept(
         assert res.returncode == 0 and "which srifty does not know" in res.stderr
 
 
+def test_a_sharded_optimizer_is_named_and_its_parameter_gather_simulated(tmp_path: Path) -> None:
+    """ZeroRedundancyOptimizer steps its inner optimizer (one step an iteration, timed), then
+    broadcasts each worker's shard of the parameters: the profile names it, and a step across
+    nodes is predicted with that all-gather, half an allreduce of the parameters, on top."""
+    out = tmp_path / "zero.json"
+    res = run_srifty("profile", str(SCRIPTS / "sharded_optimizer.py"), *QUICK, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["job"]["sharded_optimizer"] == "ZeroRedundancyOptimizer"
+    assert {it["steps"] for r in doc["ranks"] for it in r["iterations"]} == {1}
+    assert any("the optimizer is a ZeroRedundancyOptimizer" in w for w in doc["warnings"])
+
+
 def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> None:
     """A GAN wraps two models in DDP, each with its own optimizer: an iteration is the training
     step, one step of each optimizer (not one per optimizer step, which halved its time), the

@@ -200,7 +200,7 @@ class FeatureBuilder(WorkerCompute):
         one-worker profiles at several batches recorded them, the nearest batch's hold (with its
         backward share: JobProfile.ready_times_at). A step of several backwards (a job that
         accumulates gradients, a GAN) runs them one after another, allreducing in as many as its
-        profile saw (JobProfile.synced_passes)."""
+        profile saw (JobProfile.synced_passes); a sharded optimizer's step gathers the parameters after."""
         buckets, fracs = self.buckets()
         backward = self.job.backward_fraction
         if fracs is not None and not self.recorded_ready(layout):
@@ -217,8 +217,12 @@ class FeatureBuilder(WorkerCompute):
             overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, layout.cycles)
                               if layout.emulated else 0.0),
             hierarchical=all(h.hierarchical_allreduce for h in layout.hardware), tree=tree)
-        return one_pass if passes == 1 else simulate.accumulated_step(one_pass, passes, self.job.synced_passes,
+        step = one_pass if passes == 1 else simulate.accumulated_step(one_pass, passes, self.job.synced_passes,
                                                                      optimizer_ms)
+        if not self.job.sharded_optimizer or sum(layout.workers_per_node) < 2:
+            return step
+        return simulate.with_parameter_gather(step, self.grad_bytes, layout.workers_per_node, layout.intra, inter,
+                                              hierarchical=all(h.hierarchical_allreduce for h in layout.hardware))
 
     def sim_ms(self, config: ClusterConfig, local_batch_size: RowBatch) -> float:
         """:meth:`estimate`'s ``sim_ms`` alone (what a fit of the link figures reads)."""

@@ -89,6 +89,7 @@ class JobProfile:
     synced_passes: int = 1  # the backwards a step allreduces in (job.synced_passes; a GAN's: two)
     comm_hook: str | None = None  # the script's DDP communication hook (job.comm_hook; simulate.hook_wire_share)
     allreduced_bytes: int | None = None  # what a step handed DDP's communication hooks (job.allreduced_bytes)
+    sharded_optimizer: str | None = None  # an optimizer that shards its state and gathers the parameters (ZeRO)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -250,6 +251,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.synced_passes = max(job.synced_passes, int(j.get("synced_passes") or 1))
         job.comm_hook = job.comm_hook or j.get("comm_hook")
         job.allreduced_bytes = job.allreduced_bytes or j.get("allreduced_bytes")
+        job.sharded_optimizer = job.sharded_optimizer or j.get("sharded_optimizer")
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:

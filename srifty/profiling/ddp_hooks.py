@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 _ORIGINAL_DDP_INIT = DistributedDataParallel.__init__
 _ORIGINAL_REGISTER_COMM_HOOK = DistributedDataParallel.register_comm_hook
 _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK = DistributedDataParallel._register_builtin_comm_hook
+# optimizers that keep a shard of the state on each worker and send the updated parameters to the
+# others after each step (torch.distributed.optim's ZeRO stage 1); their own step runs the inner
+# optimizer's, whose hooks time it, and the parameters' broadcast falls after it
+SHARDED_OPTIMIZERS = ("ZeroRedundancyOptimizer",)
 # layers whose ``batch_first`` says where their input's batch is: sequence first (dimension 1)
 # unless it is set, as in PyTorch's default for recurrent and attention layers
 LAYOUT_LAYERS = (nn.RNNBase, nn.MultiheadAttention)
@@ -218,6 +222,8 @@ class DdpHooks:
     def on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         recorder = self.recorder
         recorder._optimizers.add(optimizer)
+        if any(c.__name__ in SHARDED_OPTIMIZERS for c in type(optimizer).__mro__):
+            recorder.model["sharded_optimizer"] = type(optimizer).__name__
         recorder._step_started = recorder.clock.mark()
 
     def on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:

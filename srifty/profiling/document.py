@@ -138,6 +138,12 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             f"the script's DDP communication hook {hook} is not one srifty knows: steps across workers are "
             "predicted with the gradients allreduced as they are, as DDP's default hook sends them; a hook that "
             "compresses them (PowerSGD) sends less, and those steps may take less time than predicted.")
+    if sharded := model.get("sharded_optimizer"):
+        warnings.append(
+            f"the optimizer is a {sharded}: each worker updates its shard of the parameters, then sends it to the "
+            "others. srifty predicts steps across workers with that all-gather (half an allreduce of the "
+            "parameters) after the gradients' allreduce, and the optimizer's own time as profiled on "
+            f"{world} worker(s), where each updated 1/{world} of the parameters.")
     if model.get("operators_not_counted"):
         warnings.append(model["operators_not_counted"])
     if summary and achieved is not None and achieved > request.target_rel_ci:
@@ -186,6 +192,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "accumulation": passes,
             "synced_passes": synced,
             "allreduced_bytes": allreduced,
+            "sharded_optimizer": model.get("sharded_optimizer"),
         },
         "cluster": cluster,
         "environment": profile.environment_info(
