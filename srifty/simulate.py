@@ -25,6 +25,9 @@ microseconds for link latency.
 - gradient accumulation (:func:`accumulated_step`): a step of several forward-backward passes,
   each like the one simulated; a pass allreduces its buckets during its own backward, and a
   pass under DDP's ``no_sync()`` is compute alone.
+- synchronised batch norm (:func:`with_sync_batchnorm`): each SyncBatchNorm layer gathers its
+  batch statistics across the workers in forward and allreduces their gradients in backward,
+  two small collectives that the layers after it wait for.
 - a sharded optimizer (:func:`with_parameter_gather`, ZeroRedundancyOptimizer): after its step
   each worker sends its shard of the parameters to the others, a ring all-gather, half a ring
   allreduce's traffic and steps, which nothing hides.
@@ -264,3 +267,17 @@ def with_parameter_gather(step: SimResult, param_bytes: float, workers_per_node:
     gather = allreduce_ms(param_bytes, workers_per_node, intra, inter, hierarchical) / 2.0
     return SimResult(step.iteration_ms + gather, step.compute_ms, step.allreduce_ms + gather,
                      step.exposed_comm_ms + gather)
+
+
+def with_sync_batchnorm(step: SimResult, channels: Sequence[int], workers_per_node: Sequence[int], intra: Link,
+                        inter: Link, hierarchical: bool = True, tree: bool = False, passes: int = 1) -> SimResult:
+    """``step`` with the collectives of SyncBatchNorm layers of ``channels`` features each, in each of
+    ``passes`` forward-backward passes: per layer, forward gathers every worker's mean, inverse
+    deviation and count (2C + 1 floats) and backward allreduces two sums of C floats (2C floats),
+    each priced as an allreduce of 2C float32 values. The compute waits for them: exposed."""
+    if sum(workers_per_node) < 2 or not channels:
+        return step
+    sync = 2 * passes * sum(allreduce_ms(8.0 * c, workers_per_node, intra, inter, hierarchical, tree)
+                            for c in channels)
+    return SimResult(step.iteration_ms + sync, step.compute_ms, step.allreduce_ms + sync,
+                     step.exposed_comm_ms + sync)

@@ -227,6 +227,42 @@ def test_a_sharded_optimizer_gathers_the_parameters_after_the_allreduce() -> Non
         FeatureBuilder(replace(job, sharded_optimizer=None), cat).estimate(one, 64).sim_ms)
 
 
+def test_sync_batchnorm_layers_add_their_statistics_collectives_to_a_step() -> None:
+    """Each SyncBatchNorm layer of C features gathers its statistics in forward and allreduces
+    their gradients in backward (each priced as an allreduce of 2C float32 values, the faster of
+    NCCL's ring and tree), in every pass, exposed; one worker alone synchronises nothing. The
+    interval reaches from none of that time to the ring's."""
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run
+
+    cat = Catalog.default()
+    runs = [Run("g4dn.12xlarge", (1,), 64, 30.0)]
+    for config, passes in (("4xg4dn.12xlarge", 1), ("4xg4dn.12xlarge", 2), ("1xg4dn.xlarge", 1)):
+        resolved = parse_config(config).resolved(cat)
+        plain, synced = (FeatureBuilder(JobProfile("m", runs, param_count=25_000_000, accumulation=passes,
+                                                   sync_batchnorm=layers), cat) for layers in ((), (64, 256, 256)))
+        layout = plain.workers(resolved, 64)
+        base, with_bn = (fb.simulated(resolved, layout, layout.inter) for fb in (plain, synced))
+        def sync_ms(tree: bool) -> float:
+            return 2 * passes * sum(simulate.allreduce_ms(8.0 * c, layout.workers_per_node, layout.intra,
+                                                          layout.inter, hierarchical=False, tree=tree)
+                                    for c in (64, 256, 256))
+
+        assert with_bn.iteration_ms - base.iteration_ms == pytest.approx(sync_ms(tree=True))
+        if config == "1xg4dn.xlarge":
+            assert sync_ms(tree=False) == 0
+            continue
+        assert 0 < sync_ms(tree=True) < sync_ms(tree=False)  # four nodes: the tree's fewer network hops
+        est, plain_est = synced.estimate(resolved, 64), plain.estimate(resolved, 64)
+        assert est.sim_ms == pytest.approx(with_bn.iteration_ms)
+        # the bounds, in ms: as low as without the collectives, as high as with the ring's
+        low, high = (bound * with_bn.iteration_ms for bound in est.step_bounds)
+        assert low <= plain_est.step_bounds[0] * base.iteration_ms * 1.001
+        assert high >= (base.iteration_ms + sync_ms(tree=False)) * 0.999
+        assert any("3 SyncBatchNorm layer(s)" in n for n in est.notes)
+
+
 def test_overlap_simulation() -> None:
     link = Link(1.0, 0.0)
     # 2 buckets of 10 MB over 2 workers on 1 GB/s: 10 ms each. compute 100 ms, backward 60 ms.

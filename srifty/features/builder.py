@@ -18,7 +18,7 @@ from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
                                    overlap_checked_note, overlap_fitted_note, prior_network_note,
-                                   several_models_note, unknown_hook_note)
+                                   several_models_note, sync_batchnorm_note, unknown_hook_note)
 from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowBatch, RowEstimate, WorkerLayout, group_batches
 from srifty.opmodel import GpuStepModel
 from srifty.simulate import Link
@@ -192,15 +192,18 @@ class FeatureBuilder(WorkerCompute):
         return "recorded-on-cpu" if self.job.ready_fractions is not None else "default"
 
     def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link, tree: bool = False,
-                  window: float | None = None) -> simulate.SimResult:
+                  window: float | None = None, sync_bn: str = "tree") -> simulate.SimResult:
         """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
-        between nodes, the ring's or (``tree``) NCCL's tree across nodes; ``window``: the share of
+        between nodes, the ring's or (``tree``) NCCL's tree across nodes; ``sync_bn``: SyncBatchNorm's
+        small collectives at the faster of the two ("tree", as NCCL's tuning picks for small
+        messages), the ring's ("ring") or left out ("none"); ``window``: the share of
         backward over which the buckets become ready, if not the job's. Where the recorded ready times
         do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly; where
         one-worker profiles at several batches recorded them, the nearest batch's hold (with its
         backward share: JobProfile.ready_times_at). A step of several backwards (a job that
         accumulates gradients, a GAN) runs them one after another, allreducing in as many as its
-        profile saw (JobProfile.synced_passes); a sharded optimizer's step gathers the parameters after."""
+        profile saw (JobProfile.synced_passes); SyncBatchNorm layers synchronise their statistics in
+        every pass, and a sharded optimizer's step gathers the parameters after."""
         buckets, fracs = self.buckets()
         backward = self.job.backward_fraction
         if fracs is not None and not self.recorded_ready(layout):
@@ -219,10 +222,14 @@ class FeatureBuilder(WorkerCompute):
             hierarchical=all(h.hierarchical_allreduce for h in layout.hardware), tree=tree)
         step = one_pass if passes == 1 else simulate.accumulated_step(one_pass, passes, self.job.synced_passes,
                                                                      optimizer_ms)
+        hierarchical = all(h.hierarchical_allreduce for h in layout.hardware)
+        if sync_bn != "none":
+            step = simulate.with_sync_batchnorm(step, self.job.sync_batchnorm, layout.workers_per_node,
+                                                layout.intra, inter, hierarchical, sync_bn == "tree", passes)
         if not self.job.sharded_optimizer or sum(layout.workers_per_node) < 2:
             return step
         return simulate.with_parameter_gather(step, self.grad_bytes, layout.workers_per_node, layout.intra, inter,
-                                              hierarchical=all(h.hierarchical_allreduce for h in layout.hardware))
+                                              hierarchical)
 
     def sim_ms(self, config: ClusterConfig, local_batch_size: RowBatch) -> float:
         """:meth:`estimate`'s ``sim_ms`` alone (what a fit of the link figures reads)."""
@@ -316,6 +323,12 @@ class FeatureBuilder(WorkerCompute):
                 notes.append(several_models_note(self.job.model, self.job.ddp_models))
             if self.job.comm_hook and simulate.hook_wire_share(self.job.comm_hook, 4) is None and sum(wpn_all) > 1:
                 notes.append(unknown_hook_note(self.job.model, self.job.comm_hook))
+            if self.job.sync_batchnorm and sum(wpn_all) > 1:
+                # how long the statistics' small collectives take is not measured: from none of it to the ring's
+                none, ring = (self.simulated(config, layout, inter, sync_bn=s).iteration_ms for s in ("none", "ring"))
+                step_low *= min(none / sim.iteration_ms, 1.0)
+                step_high *= max(ring / sim.iteration_ms, 1.0)
+                notes.append(sync_batchnorm_note(self.job.model, len(self.job.sync_batchnorm), sim.iteration_ms - none))
         else:
             sim = simulate.SimResult(step_alone, compute, float("nan"), float("nan"))
             step_low, step_high, overlap = batch_low, batch_high, "none"

@@ -90,6 +90,7 @@ class JobProfile:
     comm_hook: str | None = None  # the script's DDP communication hook (job.comm_hook; simulate.hook_wire_share)
     allreduced_bytes: int | None = None  # what a step handed DDP's communication hooks (job.allreduced_bytes)
     sharded_optimizer: str | None = None  # an optimizer that shards its state and gathers the parameters (ZeRO)
+    sync_batchnorm: tuple[int, ...] = ()  # the features of each SyncBatchNorm layer (job.sync_batchnorm)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
@@ -252,6 +253,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.comm_hook = job.comm_hook or j.get("comm_hook")
         job.allreduced_bytes = job.allreduced_bytes or j.get("allreduced_bytes")
         job.sharded_optimizer = job.sharded_optimizer or j.get("sharded_optimizer")
+        job.sync_batchnorm = job.sync_batchnorm or tuple(int(c) for c in j.get("sync_batchnorm") or ())
         if job.conv_flop_share is None and j.get("conv_flop_share") is not None:
             job.conv_flop_share = float(j["conv_flop_share"])
         if j.get("forward_flops") and j.get("local_batch_size") and not job.forward_flops_per_sample:

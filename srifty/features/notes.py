@@ -84,6 +84,14 @@ def unknown_hook_note(model: str, hook: str) -> str:
             "makes the step across workers shorter than predicted")
 
 
+def sync_batchnorm_note(model: str, layers: int, sync_ms: float) -> str:
+    """Said of a multi-worker estimate for a job with SyncBatchNorm layers: what their collectives add."""
+    return (f"{model} has {layers} SyncBatchNorm layer(s): their statistics' collectives (two small allreduces "
+            f"per layer and pass, which the layers after them wait for) add {readable_ms(sync_ms)} ms to the step, "
+            "priced as NCCL's tree or ring, whichever is faster; the interval reaches from none of that time to "
+            "the ring's (not measured: a profile on one node of several GPUs measures them there)")
+
+
 def default_batch_note(batch: int, measured: Sequence[int], option: str) -> str | None:
     """Said where no per-worker batch was given and the profiles hold several: which one is taken
     (:func:`srifty.features.rows.default_batch`) and how to choose. None where they hold one."""

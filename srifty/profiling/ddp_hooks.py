@@ -84,6 +84,9 @@ class DdpHooks:
             "grad_bytes": int(sum(p.numel() * p.element_size() for p in params)),
             "grad_dtype": dtypes[0] if len(dtypes) == 1 else "mixed",
         })
+        # the features of every SyncBatchNorm layer, whose statistics are synchronised across workers
+        recorder.model["sync_batchnorm"] = [int(m.num_features) for d in recorder.ddp_modules()
+                                            for m in d.module.modules() if isinstance(m, nn.SyncBatchNorm)]
         recorder.model.setdefault("module_class", type(ddp.module).__name__)
         recorder.model.setdefault("bucket_cap_mb", getattr(ddp, "bucket_bytes_cap", 25 * 1024 * 1024) / (1024 * 1024))
         ddp._srifty_user_hook = False  # type: ignore[attr-defined]

@@ -138,6 +138,15 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             f"the script's DDP communication hook {hook} is not one srifty knows: steps across workers are "
             "predicted with the gradients allreduced as they are, as DDP's default hook sends them; a hook that "
             "compresses them (PowerSGD) sends less, and those steps may take less time than predicted.")
+    if layers := model.get("sync_batchnorm"):
+        warnings.append(
+            f"the model has {len(layers)} SyncBatchNorm layer(s): in every step each gathers its batch statistics "
+            "across the workers in forward and allreduces their gradients in backward, and the layers after it "
+            "wait. srifty predicts steps across workers with those collectives exposed"
+            + ("; on this CPU it ran them as plain batch norm (PyTorch's SyncBatchNorm runs on GPUs only)."
+               if device == "cpu" else
+               f"; on the profile's {world} workers they are inside the measured compute as well, so predictions "
+               "count them twice there (a one-worker profile has none)." if world > 1 else "."))
     if sharded := model.get("sharded_optimizer"):
         warnings.append(
             f"the optimizer is a {sharded}: each worker updates its shard of the parameters, then sends it to the "
@@ -193,6 +202,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "synced_passes": synced,
             "allreduced_bytes": allreduced,
             "sharded_optimizer": model.get("sharded_optimizer"),
+            "sync_batchnorm": model.get("sync_batchnorm") or None,
         },
         "cluster": cluster,
         "environment": profile.environment_info(

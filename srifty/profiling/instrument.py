@@ -37,6 +37,8 @@ import os
 from typing import Any, Callable
 
 import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
 from srifty.profiling.ddp_hooks import (
@@ -56,6 +58,27 @@ _ACTIVE: "Recorder | None" = None
 def active_recorder() -> "Recorder | None":
     """The recorder of this process, when it runs under ``srifty profile``."""
     return _ACTIVE
+
+
+_ORIGINAL_SYNC_BATCHNORM_FORWARD = nn.SyncBatchNorm.forward
+# DDP refuses a CPU module with SyncBatchNorm layers at construction (a private check of torch's)
+_ORIGINAL_SYNC_BATCHNORM_CHECK = getattr(DistributedDataParallel, "_passing_sync_batchnorm_handle", None)
+
+
+def sync_batchnorm_forward(self: nn.SyncBatchNorm, input: torch.Tensor) -> torch.Tensor:
+    """SyncBatchNorm on a CPU, where PyTorch runs it on GPUs only (it raises), as plain batch norm:
+    its statistics stay on each worker, and srifty simulates their synchronisation across workers
+    (job.sync_batchnorm); on a GPU, as it is."""
+    if input.device.type == "cpu":
+        return _BatchNorm.forward(self, input)
+    return _ORIGINAL_SYNC_BATCHNORM_FORWARD(self, input)
+
+
+def sync_batchnorm_check(self: DistributedDataParallel, module: nn.Module) -> None:
+    """DDP's check of SyncBatchNorm layers, but for a CPU module, whose layers run as plain batch
+    norm under srifty (:func:`sync_batchnorm_forward`)."""
+    if self.device_type != "cpu" and _ORIGINAL_SYNC_BATCHNORM_CHECK is not None:
+        _ORIGINAL_SYNC_BATCHNORM_CHECK(self, module)
 
 
 def install(settings: WorkerSettings) -> Recorder:
@@ -85,6 +108,9 @@ def install(settings: WorkerSettings) -> Recorder:
         script_hook(self, f"builtin:{getattr(comm_hook_type, 'name', comm_hook_type)}")
         return _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK(self, comm_hook_type)
 
+    nn.SyncBatchNorm.forward = sync_batchnorm_forward  # type: ignore[method-assign]
+    if _ORIGINAL_SYNC_BATCHNORM_CHECK is not None:
+        DistributedDataParallel._passing_sync_batchnorm_handle = sync_batchnorm_check  # type: ignore[method-assign]
     DistributedDataParallel.__init__ = ddp_init  # type: ignore[method-assign]
     DistributedDataParallel.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
     DistributedDataParallel._register_builtin_comm_hook = register_builtin_comm_hook  # type: ignore[method-assign]
