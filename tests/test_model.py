@@ -219,6 +219,7 @@ def test_a_sharded_optimizer_gathers_the_parameters_after_the_allreduce() -> Non
     plain, zero = sims[None], sims["ZeroRedundancyOptimizer"]
     gather = simulate.allreduce_ms(100_000_000, [4] * 4, layout.intra, layout.inter, hierarchical=False) / 2
     assert gather > 0 and zero.iteration_ms == pytest.approx(plain.iteration_ms + gather)
+    assert any(f"adds {gather:.3g} ms" in n for n in fb.estimate(config, 64).notes)
     assert zero.exposed_comm_ms == pytest.approx(plain.exposed_comm_ms + gather)
     one = parse_config("1xg4dn.xlarge").resolved(cat)  # one worker: nothing to gather
     job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], param_count=25_000_000,

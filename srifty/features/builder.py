@@ -18,7 +18,8 @@ from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
                                    overlap_checked_note, overlap_fitted_note, prior_network_note,
-                                   several_models_note, sync_batchnorm_note, unknown_hook_note)
+                                   several_models_note, sharded_optimizer_note, sync_batchnorm_note,
+                                   unknown_hook_note)
 from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowBatch, RowEstimate, WorkerLayout, group_batches
 from srifty.opmodel import GpuStepModel
 from srifty.simulate import Link
@@ -192,11 +193,12 @@ class FeatureBuilder(WorkerCompute):
         return "recorded-on-cpu" if self.job.ready_fractions is not None else "default"
 
     def simulated(self, config: ClusterConfig, layout: WorkerLayout, inter: Link, tree: bool = False,
-                  window: float | None = None, sync_bn: str = "tree") -> simulate.SimResult:
+                  window: float | None = None, sync_bn: str = "tree", sharded: bool = True) -> simulate.SimResult:
         """The simulator's iteration of ``layout``'s workers (needs the gradient size) with ``inter``
         between nodes, the ring's or (``tree``) NCCL's tree across nodes; ``sync_bn``: SyncBatchNorm's
         small collectives at the faster of the two ("tree", as NCCL's tuning picks for small
-        messages), the ring's ("ring") or left out ("none"); ``window``: the share of
+        messages), the ring's ("ring") or left out ("none"); ``sharded``: a sharded optimizer's
+        parameter all-gather included; ``window``: the share of
         backward over which the buckets become ready, if not the job's. Where the recorded ready times
         do not hold for the workers (:meth:`recorded_ready`), the buckets become ready evenly; where
         one-worker profiles at several batches recorded them, the nearest batch's hold (with its
@@ -226,7 +228,7 @@ class FeatureBuilder(WorkerCompute):
         if sync_bn != "none":
             step = simulate.with_sync_batchnorm(step, self.job.sync_batchnorm, layout.workers_per_node,
                                                 layout.intra, inter, hierarchical, sync_bn == "tree", passes)
-        if not self.job.sharded_optimizer or sum(layout.workers_per_node) < 2:
+        if not (sharded and self.job.sharded_optimizer) or sum(layout.workers_per_node) < 2:
             return step
         return simulate.with_parameter_gather(step, self.grad_bytes, layout.workers_per_node, layout.intra, inter,
                                               hierarchical)
@@ -323,6 +325,9 @@ class FeatureBuilder(WorkerCompute):
                 notes.append(several_models_note(self.job.model, self.job.ddp_models))
             if self.job.comm_hook and simulate.hook_wire_share(self.job.comm_hook, 4) is None and sum(wpn_all) > 1:
                 notes.append(unknown_hook_note(self.job.model, self.job.comm_hook))
+            if self.job.sharded_optimizer and sum(wpn_all) > 1:
+                gathered = sim.iteration_ms - self.simulated(config, layout, inter, sharded=False).iteration_ms
+                notes.append(sharded_optimizer_note(self.job.model, self.job.sharded_optimizer, gathered))
             if self.job.sync_batchnorm and sum(wpn_all) > 1:
                 # how long the statistics' small collectives take is not measured: from none of it to the ring's
                 none, ring = (self.simulated(config, layout, inter, sync_bn=s).iteration_ms for s in ("none", "ring"))

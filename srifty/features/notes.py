@@ -84,6 +84,13 @@ def unknown_hook_note(model: str, hook: str) -> str:
             "makes the step across workers shorter than predicted")
 
 
+def sharded_optimizer_note(model: str, optimizer: str, gather_ms: float) -> str:
+    """Said of a multi-worker estimate for a job whose optimizer shards its state (ZeRO)."""
+    return (f"{model}'s optimizer is a {optimizer}: the all-gather of the updated parameters after each step "
+            f"adds {readable_ms(gather_ms)} ms (half an allreduce of them); its own time is as profiled, where "
+            "each worker updated its share of the parameters")
+
+
 def sync_batchnorm_note(model: str, layers: int, sync_ms: float) -> str:
     """Said of a multi-worker estimate for a job with SyncBatchNorm layers: what their collectives add."""
     return (f"{model} has {layers} SyncBatchNorm layer(s): their statistics' collectives (two small allreduces "
