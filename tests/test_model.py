@@ -262,6 +262,12 @@ def test_sync_batchnorm_layers_add_their_statistics_collectives_to_a_step() -> N
         assert low <= plain_est.step_bounds[0] * base.iteration_ms * 1.001
         assert high >= (base.iteration_ms + sync_ms(tree=False)) * 0.999
         assert any("3 SyncBatchNorm layer(s)" in n for n in est.notes)
+    # CPU hosts run SyncBatchNorm as plain batch norm (under srifty; PyTorch's raises there): nothing added
+    cpus = parse_config("2xc5.2xlarge").resolved(cat)
+    cpu_runs = [Run("c5.2xlarge", (1,), 64, 30.0)]
+    plain, synced = (FeatureBuilder(JobProfile("m", cpu_runs, param_count=25_000_000, sync_batchnorm=layers), cat)
+                     for layers in ((), (64, 256, 256)))
+    assert synced.estimate(cpus, 64).sim_ms == plain.estimate(cpus, 64).sim_ms
 
 
 def test_overlap_simulation() -> None:

@@ -225,13 +225,20 @@ class FeatureBuilder(WorkerCompute):
         step = one_pass if passes == 1 else simulate.accumulated_step(one_pass, passes, self.job.synced_passes,
                                                                      optimizer_ms)
         hierarchical = all(h.hierarchical_allreduce for h in layout.hardware)
-        if sync_bn != "none":
+        if sync_bn != "none" and self.syncs_batchnorm(layout):
             step = simulate.with_sync_batchnorm(step, self.job.sync_batchnorm, layout.workers_per_node,
                                                 layout.intra, inter, hierarchical, sync_bn == "tree", passes)
         if not (sharded and self.job.sharded_optimizer) or sum(layout.workers_per_node) < 2:
             return step
         return simulate.with_parameter_gather(step, self.grad_bytes, layout.workers_per_node, layout.intra, inter,
                                               hierarchical)
+
+    def syncs_batchnorm(self, layout: WorkerLayout) -> bool:
+        """Whether ``layout``'s workers synchronise the job's SyncBatchNorm layers: several GPU
+        workers (PyTorch runs SyncBatchNorm on GPUs only; on CPU hosts srifty runs it as plain
+        batch norm, srifty.profiling.instrument.sync_batchnorm_forward)."""
+        return (bool(self.job.sync_batchnorm) and sum(layout.workers_per_node) > 1
+                and all(h.gpu_name for h in layout.hardware))
 
     def sim_ms(self, config: ClusterConfig, local_batch_size: RowBatch) -> float:
         """:meth:`estimate`'s ``sim_ms`` alone (what a fit of the link figures reads)."""
@@ -328,7 +335,7 @@ class FeatureBuilder(WorkerCompute):
             if self.job.sharded_optimizer and sum(wpn_all) > 1:
                 gathered = sim.iteration_ms - self.simulated(config, layout, inter, sharded=False).iteration_ms
                 notes.append(sharded_optimizer_note(self.job.model, self.job.sharded_optimizer, gathered))
-            if self.job.sync_batchnorm and sum(wpn_all) > 1:
+            if self.syncs_batchnorm(layout):
                 # how long the statistics' small collectives take is not measured: from none of it to the ring's
                 none, ring = (self.simulated(config, layout, inter, sync_bn=s).iteration_ms for s in ("none", "ring"))
                 step_low *= min(none / sim.iteration_ms, 1.0)
