@@ -86,22 +86,21 @@ def test_the_batch_is_read_off_the_forward_s_inputs_and_its_layers(
     assert rec.hooks._layout is None  # the global hook on every layer is gone
 
 
-def test_an_iteration_is_one_step_of_every_optimizer_that_stepped_lately(tmp_path: Path) -> None:
-    """Two optimizers stepped in turn (a GAN's) make one iteration; one that stopped stepping (a
-    warm-up's) holds iterations open for its last RECENT_STEPS steps only, not for ever."""
-    from srifty.profiling.recorder import RECENT_STEPS
-
+def test_an_iteration_is_one_step_of_every_optimizer_that_steps_as_often(tmp_path: Path) -> None:
+    """Two optimizers stepped in turn (a GAN's) make one iteration; one that steps once (a
+    warm-up's) or every tenth step joins the iteration it steps in and never holds one open."""
     model = nn.Linear(4, 2)
     model._srifty_hook_registered = True  # a stand-in for the DDP module: no communication hook to place
     rec = Recorder(WorkerSettings(out_dir=str(tmp_path)))
-    gen, critic, warmup = (torch.optim.SGD(model.parameters(), lr=0.1) for _ in range(3))
+    gen, critic, warmup, slow = (torch.optim.SGD(model.parameters(), lr=0.1) for _ in range(4))
     x = torch.randn(3, 4)
 
-    def forward_and_step(opt: torch.optim.Optimizer) -> None:
+    def forward_and_step(*opts: torch.optim.Optimizer) -> None:
         rec.hooks.on_forward_pre(model, (x,), {})
         rec.hooks.on_forward_post(model, (x,), None)
-        rec.hooks.on_step_pre(opt, (), {})
-        rec.hooks.on_step_post(opt, (), {})
+        for opt in opts:
+            rec.hooks.on_step_pre(opt, (), {})
+            rec.hooks.on_step_post(opt, (), {})
 
     for _ in range(6):
         forward_and_step(critic)
@@ -110,11 +109,14 @@ def test_an_iteration_is_one_step_of_every_optimizer_that_stepped_lately(tmp_pat
     assert [it["steps"] for it in rec.iterations] == [1] + [2] * 5
     closed = len(rec.iterations)
     forward_and_step(warmup)
-    for _ in range(RECENT_STEPS + 4):
+    for _ in range(20):
         forward_and_step(critic)
         forward_and_step(gen)
-    steps = [it["steps"] for it in rec.iterations[closed:]]
-    # the warm-up's step joins the open iteration (the generator's, the warm-up's, the critic's);
-    # then, until it has left the last RECENT_STEPS steps, the next iteration waits for it (the
-    # 2nd to the 16th step after it), and after that a step of each is an iteration again
-    assert steps[:2] == [3, RECENT_STEPS - 1] and set(steps[2:]) == {2} and len(steps) > 4
+    # the warm-up's step joins the open iteration (the generator's, the warm-up's, the critic's)
+    assert [it["steps"] for it in rec.iterations[closed:]] == [3] + [2] * 19  # the last one still open
+    # one optimizer every step, another every tenth: an iteration per step of the first
+    alone = Recorder(WorkerSettings(out_dir=str(tmp_path / "alone")))
+    rec = alone
+    for i in range(40):
+        forward_and_step(critic, slow) if i % 10 == 9 else forward_and_step(critic)
+    assert [it["steps"] for it in rec.iterations] == [2 if i % 10 == 9 else 1 for i in range(39)]

@@ -122,8 +122,8 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             f"shared by the {synced} backward(s) a step allreduces in (job.synced_passes), each allreducing as its "
             "gradients become ready evenly through it (the models' buckets are not recorded)."
             + ("" if any(r.get("explicit_api") for r in ranks) else
-               " An iteration is one step of every optimizer that stepped lately; srifty.step() marks "
-               "iterations where that is not the script's training step.")
+               " An iteration is one step of each optimizer that steps as often as the most frequent; "
+               "srifty.step() marks iterations where that is not the script's training step.")
         )
     hook = model.get("comm_hook")
     if hook and hook.startswith("builtin:"):

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,7 +37,7 @@ from srifty.profiling.opcount import NOT_COUNTED_COMPILED, OperatorCounter, comp
 from srifty.profiling.timing import Clock, _OpenIteration, describe_device, iteration_record, step_batch
 
 STOP_KEY = "srifty/stop_at_iteration"
-RECENT_STEPS = 16  # an optimizer not stepped in this many steps (a warm-up's) no longer holds an iteration open
+RECENT_STEPS = 16  # the optimizer steps over which srifty counts how often each optimizer steps
 STOP_MARGIN = 3
 
 
@@ -101,7 +101,7 @@ class Recorder:
         self._param_numels: list[int] = []
         self._ddps: list[Any] = []  # weakrefs to the DDP modules, in the order built (DdpHooks.attach_ddp)
         self._optimizers: Any = weakref.WeakSet()  # the optimizers that stepped (DdpHooks.on_step_pre)
-        # the optimizers of the last RECENT_STEPS steps (ids): a training step is one step of each
+        # the optimizers of the last RECENT_STEPS steps (ids): a training step is one step of the most frequent
         self._recent_steps: deque[int] = deque(maxlen=RECENT_STEPS)
         self._bucket_storages: dict[int, Any] = {}  # index -> weakref to DDP's bucket storage (saw_bucket)
         self._in_backward = False
@@ -126,10 +126,17 @@ class Recorder:
 
     # ----- iteration boundaries -------------------------------------------------
     def step_complete(self) -> bool:
-        """Whether the open iteration has stepped every optimizer that stepped lately (a GAN's two
-        networks each step once a training step): the next forward then starts another iteration."""
+        """Whether the open iteration has stepped every optimizer that steps as often as the most
+        frequent one (to within one step over the last RECENT_STEPS steps): a GAN's two networks
+        each step once a training step, and the next forward then starts another iteration. An
+        optimizer that steps less often (a warm-up's, one stepped every tenth step) joins whichever
+        iteration it steps in, and never holds one open."""
         it = self._open
-        return it is not None and it.steps > 0 and it.stepped.issuperset(self._recent_steps)
+        if it is None or it.steps == 0:
+            return False
+        counts = Counter(self._recent_steps)
+        most = max(counts.values(), default=0)
+        return it.stepped.issuperset(o for o, n in counts.items() if n >= most - 1)
 
     def _boundary(self, mark: Any) -> None:
         """Close the open iteration (if it did any work) and open a new one at ``mark``."""
