@@ -248,13 +248,19 @@ def accumulated_step(one_pass: SimResult, passes: int, synced: int, optimizer_ms
     return SimResult(compute + exposed + optimizer_ms, compute, one_pass.allreduce_ms * synced, exposed)
 
 
+def knows_hook(hook: str | None) -> bool:
+    """Whether srifty knows what DDP's communication ``hook`` sends (none registered: DDP's own);
+    not PowerSGD, nor a script's own."""
+    return hook is None or hook in HOOK_ELEMENT_BYTES
+
+
 def hook_wire_share(hook: str | None, grad_element_bytes: float) -> float | None:
     """The share of the gradients' bytes that DDP's communication ``hook`` allreduces (1 where the
     script registers none), for gradients of ``grad_element_bytes`` per element; None for a hook
-    srifty does not know (PowerSGD, the script's own)."""
+    srifty does not know (:func:`knows_hook`)."""
     if hook is None:
         return 1.0
-    if hook not in HOOK_ELEMENT_BYTES:
+    if not knows_hook(hook):
         return None
     sent = HOOK_ELEMENT_BYTES[hook]
     return 1.0 if sent is None or grad_element_bytes <= 0 else min(1.0, sent / grad_element_bytes)
@@ -264,9 +270,7 @@ def with_parameter_gather(step: SimResult, param_bytes: float, workers_per_node:
                           inter: Link, hierarchical: bool = True) -> SimResult:
     """``step`` followed by the parameter all-gather of a sharded optimizer (every worker
     receiving the others' shards of ``param_bytes``): half an allreduce of them, exposed."""
-    gather = allreduce_ms(param_bytes, workers_per_node, intra, inter, hierarchical) / 2.0
-    return SimResult(step.iteration_ms + gather, step.compute_ms, step.allreduce_ms + gather,
-                     step.exposed_comm_ms + gather)
+    return _with_exposed(step, allreduce_ms(param_bytes, workers_per_node, intra, inter, hierarchical) / 2.0)
 
 
 def with_sync_batchnorm(step: SimResult, channels: Sequence[int], workers_per_node: Sequence[int], intra: Link,
@@ -277,7 +281,11 @@ def with_sync_batchnorm(step: SimResult, channels: Sequence[int], workers_per_no
     each priced as an allreduce of 2C float32 values. The compute waits for them: exposed."""
     if sum(workers_per_node) < 2 or not channels:
         return step
-    sync = 2 * passes * sum(allreduce_ms(8.0 * c, workers_per_node, intra, inter, hierarchical, tree)
-                            for c in channels)
-    return SimResult(step.iteration_ms + sync, step.compute_ms, step.allreduce_ms + sync,
-                     step.exposed_comm_ms + sync)
+    return _with_exposed(step, 2 * passes * sum(allreduce_ms(8.0 * c, workers_per_node, intra, inter, hierarchical,
+                                                             tree) for c in channels))
+
+
+def _with_exposed(step: SimResult, comm_ms: float) -> SimResult:
+    """``step`` with ``comm_ms`` more of communication that nothing hides."""
+    return SimResult(step.iteration_ms + comm_ms, step.compute_ms, step.allreduce_ms + comm_ms,
+                     step.exposed_comm_ms + comm_ms)

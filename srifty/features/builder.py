@@ -215,23 +215,23 @@ class FeatureBuilder(WorkerCompute):
         # the backwards of a step, one after another: an accumulating step's passes, a GAN's two networks' steps
         passes = max(self.job.accumulation, self.job.synced_passes)
         optimizer_ms = layout.step_alone_ms - layout.compute_ms
+        hierarchical = all(h.hierarchical_allreduce for h in layout.hardware)
         one_pass = simulate.simulate_iteration(
             layout.compute_ms / passes, buckets, layout.workers_per_node, layout.intra, inter,
             window or backward or simulate.DEFAULT_BACKWARD_FRACTION, fracs,
             optimizer_ms=optimizer_ms if passes == 1 else 0.0,
             overlap_slowdown=(self.link_scale.emulated_overlap_slowdown * busy_peers(config, layout.cycles)
                               if layout.emulated else 0.0),
-            hierarchical=all(h.hierarchical_allreduce for h in layout.hardware), tree=tree)
+            hierarchical=hierarchical, tree=tree)
         step = one_pass if passes == 1 else simulate.accumulated_step(one_pass, passes, self.job.synced_passes,
                                                                      optimizer_ms)
-        hierarchical = all(h.hierarchical_allreduce for h in layout.hardware)
         if sync_bn != "none" and self.syncs_batchnorm(layout):
             step = simulate.with_sync_batchnorm(step, self.job.sync_batchnorm, layout.workers_per_node,
                                                 layout.intra, inter, hierarchical, sync_bn == "tree", passes)
-        if not (sharded and self.job.sharded_optimizer) or sum(layout.workers_per_node) < 2:
-            return step
-        return simulate.with_parameter_gather(step, self.grad_bytes, layout.workers_per_node, layout.intra, inter,
-                                              hierarchical)
+        if sharded and self.job.sharded_optimizer:  # one worker alone gathers nothing (allreduce_ms: 0)
+            step = simulate.with_parameter_gather(step, self.grad_bytes, layout.workers_per_node, layout.intra,
+                                                  inter, hierarchical)
+        return step
 
     def syncs_batchnorm(self, layout: WorkerLayout) -> bool:
         """Whether ``layout``'s workers synchronise the job's SyncBatchNorm layers: several GPU
@@ -330,7 +330,7 @@ class FeatureBuilder(WorkerCompute):
                 notes.append(gradient_estimated_note(gb))
             if self.job.ddp_models > 1 and sum(wpn_all) > 1:
                 notes.append(several_models_note(self.job.model, self.job.ddp_models))
-            if self.job.comm_hook and simulate.hook_wire_share(self.job.comm_hook, 4) is None and sum(wpn_all) > 1:
+            if not simulate.knows_hook(self.job.comm_hook) and sum(wpn_all) > 1:
                 notes.append(unknown_hook_note(self.job.model, self.job.comm_hook))
             if self.job.sharded_optimizer and sum(wpn_all) > 1:
                 gathered = sim.iteration_ms - self.simulated(config, layout, inter, sharded=False).iteration_ms

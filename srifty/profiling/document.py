@@ -53,12 +53,17 @@ def _sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def most_common(values: list[Any]) -> Any:
+    """The value most of ``values`` hold (the first such one where several tie); None where empty."""
+    return max(set(values), key=values.count) if values else None
+
+
 def accumulation(ranks: list[dict[str, Any]]) -> int:
     """The forward-backward passes per optimizer step where the script accumulates gradients
     (profile.step_passes, more than one), most iterations' count; 1 where it does not."""
     passes = [int(it.get("backwards") or 0) for r in ranks for it in r.get("iterations", [])
               if profile.step_passes(it.get("forwards") or 0, it.get("backwards") or 0, it.get("steps") or 0)]
-    return max(set(passes), key=passes.count) if passes else 1
+    return most_common(passes) or 1
 
 
 def most_iterations(ranks: list[dict[str, Any]], key: str) -> int | None:
@@ -68,8 +73,7 @@ def most_iterations(ranks: list[dict[str, Any]], key: str) -> int | None:
     networks' steps); ``allreduced_bytes``: what a step hands DDP's communication hooks (none seen
     where the hook is builtin)."""
     values = [int(it.get(key) or 0) for r in ranks for it in r.get("iterations", [])[1:]]
-    values = [v for v in values if v > 0]
-    return max(set(values), key=values.count) if values else None
+    return most_common([v for v in values if v > 0])
 
 
 def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome,
@@ -83,7 +87,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     model = next((r["model"] for r in ranks if r.get("model")), {})
     layout = next((r["bucket_layout"] for r in ranks if r.get("bucket_layout")), [])
     batch_sizes = [it.get("batch_size") for r in ranks for it in r.get("iterations", []) if it.get("batch_size")]
-    detected = max(set(batch_sizes), key=batch_sizes.count) if batch_sizes else None
+    detected = most_common(batch_sizes)
     local_bs = detected or request.batch_size
     passes = max(1, accumulation(ranks))  # forward-backward passes per optimizer step: detected is their sum
     summary, warmup, achieved = profile.summarise_training(ranks, world, local_bs)
@@ -133,7 +137,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "includes the wait for the allreduce. Register the same hook in Python to profile it (for FP16_COMPRESS "
             "model.register_comm_hook(None, default_hooks.fp16_compress_hook), from "
             "torch.distributed.algorithms.ddp_comm_hooks).")
-    elif hook and simulate.hook_wire_share(hook, 4) is None:
+    elif not simulate.knows_hook(hook):
         warnings.append(
             f"the script's DDP communication hook {hook} is not one srifty knows: steps across workers are "
             "predicted with the gradients allreduced as they are, as DDP's default hook sends them; a hook that "
