@@ -5,6 +5,7 @@ read off each forward (the batch)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,41 @@ def test_an_iteration_is_one_step_of_every_optimizer_that_steps_as_often(tmp_pat
     for i in range(40):
         forward_and_step(critic, slow) if i % 10 == 9 else forward_and_step(critic)
     assert [it["steps"] for it in rec.iterations] == [2 if i % 10 == 9 else 1 for i in range(39)]
+
+
+@pytest.mark.parametrize("rank, min_rate", [(1, 2.0), (4, 2.0), (2, 0.5), (32, 2.0)])
+def test_powersgd_messages_follow_torch_s_own_rule(rank: int, min_rate: float) -> None:
+    """A bucket's PowerSGD messages: the gradients torch's hook leaves uncompressed (by its own
+    _should_compress), then the P and Q factors at min(rows, cols, rank); the batched hook's two
+    factors of the bucket as a zero-padded square."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+
+    from srifty.profiling.powersgd import bucket_messages
+
+    shapes = [(256, 64), (256,), (512, 256, 3, 3), (10, 256), (3, 3), (1000, 4)]
+    plain = ps = qs = 0
+    for s in shapes:
+        rows = s[0]
+        cols = math.prod(s) // rows
+        r = min(rows, cols, rank)
+        if _should_compress(rows, cols, r, min_rate)[0]:
+            ps, qs = ps + rows * r, qs + cols * r
+        else:
+            plain += math.prod(s)
+    settings = {"rank": rank, "min_compression_rate": min_rate, "start_iter": 10, "batched": False}
+    assert bucket_messages(settings, shapes, 4) == (plain * 4, ps * 4, qs * 4)
+    assert ps > 0 and (plain > 0) == (min_rate > 1)  # at a rate below 1 even a bias compresses
+    side = math.ceil(math.sqrt(sum(math.prod(s) for s in shapes)))
+    assert bucket_messages(settings | {"batched": True}, shapes, 2) == (side * rank * 2,) * 2
+
+
+def test_a_powersgd_state_is_read_and_any_other_is_not() -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+    from srifty.profiling.powersgd import settings
+
+    state = PowerSGDState(process_group=None, matrix_approximation_rank=4, start_powerSGD_iter=500)
+    assert settings(state, "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.batched_powerSGD_hook") == {
+        "rank": 4, "min_compression_rate": 2.0, "start_iter": 500, "batched": True}
+    assert settings(state, "x.powerSGD_hook")["batched"] is False
+    assert settings(None, "x.powerSGD_hook") is None

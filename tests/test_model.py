@@ -171,6 +171,39 @@ def test_a_compressing_communication_hook_allreduces_its_share_of_the_gradients(
     assert not any("does not know" in n for n in ests[fp16].notes)
 
 
+def test_powersgd_buckets_allreduce_their_recorded_messages_in_turn() -> None:
+    """Where the profile recorded what PowerSGD sends for each bucket (the uncompressed gradients,
+    the P and Q factors), a step across nodes allreduces those messages one after another, each
+    ready with its bucket, instead of the bucket; the note gives the bytes a step sends."""
+    from srifty.catalog import Catalog
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder, JobProfile, Run
+    from srifty.features.job import PowerSgd
+
+    cat = Catalog.default()
+    config = parse_config("4xg4dn.12xlarge").resolved(cat)
+    buckets, ready = [1e6, 25e6, 25e6, 49e6], [0.1, 0.4, 0.7, 1.0]
+    sent = [(4e3, 2e4, 3e4), (0.0, 1e5, 1.5e5), (8e3, 1e5, 1e5), (5e4, 2e5, 2e5)]
+    base = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 80.0)], grad_bytes=100_000_000, backward_fraction=0.6,
+                      bucket_bytes=buckets, ready_fractions=ready, ready_device="cuda",
+                      comm_hook="torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook")
+    psgd = replace(base, bucket_messages=sent, powersgd=PowerSgd(1, 1000))
+    fb, plain_fb = FeatureBuilder(psgd, cat), FeatureBuilder(base, cat)
+    layout = fb.workers(config, 64)
+    messages = [m for b in sent for m in b if m > 0]
+    at = [f for b, f in zip(sent, ready) for m in b if m > 0]
+    expected = simulate.simulate_iteration(layout.compute_ms, messages, layout.workers_per_node, layout.intra,
+                                           layout.inter, 0.6, at, optimizer_ms=layout.step_alone_ms - layout.compute_ms,
+                                           hierarchical=False)
+    got = fb.simulated(config, layout, layout.inter)
+    assert got.iteration_ms == pytest.approx(expected.iteration_ms)
+    assert got.allreduce_ms < plain_fb.simulated(config, layout, layout.inter).allreduce_ms / 5
+    est = fb.estimate(config, 64)
+    assert any("allreduces 0.962 MB of its 100 MB" in n for n in est.notes)
+    assert not any("does not know" in n for n in est.notes)
+    assert any("does not know" in n for n in plain_fb.estimate(config, 64).notes)
+
+
 def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:
     """A script with several DDP models (a GAN) is simulated with the bytes a step handed DDP's
     communication hooks, a critic's gradients twice, not its models' gradients once; where no
@@ -202,7 +235,8 @@ def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:
 
 def test_a_sharded_optimizer_gathers_the_parameters_after_the_allreduce() -> None:
     """ZeRO stage 1 (ZeroRedundancyOptimizer): after the gradients' allreduce each worker sends its
-    updated shard of the parameters to the others, half an allreduce of them, hidden by nothing."""
+    updated shard of the parameters to the others, half an allreduce of them, hidden by nothing;
+    its optimizer steps only that shard."""
     from srifty.catalog import Catalog
     from srifty.configspec import parse_config
     from srifty.features import FeatureBuilder, JobProfile, Run
@@ -221,6 +255,17 @@ def test_a_sharded_optimizer_gathers_the_parameters_after_the_allreduce() -> Non
     assert gather > 0 and zero.iteration_ms == pytest.approx(plain.iteration_ms + gather)
     assert any(f"adds {gather:.3g} ms" in n for n in fb.estimate(config, 64).notes)
     assert zero.exposed_comm_ms == pytest.approx(plain.exposed_comm_ms + gather)
+    # where a one-worker profile timed the optimizer apart (8 of the 10 ms after backward), each of
+    # the 16 workers steps 1/16 of the parameters
+    timed = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0, post_ms=10.0)], param_count=25_000_000,
+                       optimizer_share=0.8)
+    steps = []
+    for s in (None, "ZeroRedundancyOptimizer"):
+        fb = FeatureBuilder(replace(timed, sharded_optimizer=s), cat)
+        layout = fb.workers(config, 64)
+        steps.append(fb.simulated(config, layout, layout.inter))
+    assert layout.step_alone_ms - layout.compute_ms == pytest.approx(10.0)
+    assert steps[1].iteration_ms == pytest.approx(steps[0].iteration_ms + gather - 8.0 * 15 / 16)
     one = parse_config("1xg4dn.xlarge").resolved(cat)  # one worker: nothing to gather
     job = JobProfile("m", [Run("g4dn.12xlarge", (1,), 64, 30.0)], param_count=25_000_000,
                      sharded_optimizer="ZeroRedundancyOptimizer")
@@ -338,6 +383,33 @@ def emu_catalog() -> Any:
     from srifty.catalog import Catalog
 
     return Catalog.from_emulated_spec(ROOT / "configs/emulated.yaml")
+
+
+def test_profile_reading_of_the_optimizer_s_share_and_powersgd_s_messages(emu_catalog: Any) -> None:
+    """The optimizer's share of the time after backward in the profile with the fewest workers,
+    and those workers (what a sharded optimizer divides among the workers); PowerSGD's settings
+    and each bucket's messages, read in the buckets' ready order."""
+    one = _doc(["emu.small"], 100.0, 200.0, 15.0, it=320.0)
+    one["summary"]["other_ms"] = {"median": 5.0}
+    two = _doc(["emu.small", "emu.small"], 100.0, 200.0, 10.0, it=320.0)
+    job = _job([two, one])
+    assert (job.optimizer_share, job.optimizer_world) == (pytest.approx(0.75), 1)
+    assert (_job([two]).optimizer_share, _job([two]).optimizer_world) == (1.0, 2)
+    # a type profiled on two workers alone: its optimizer's 10 ms still follow the allreduce
+    from srifty.configspec import parse_config
+    from srifty.features import FeatureBuilder
+
+    layout = FeatureBuilder(_job([two]), emu_catalog).workers(parse_config("4xemu.small").resolved(emu_catalog), 8)
+    assert layout.step_alone_ms - layout.compute_ms == pytest.approx(10.0)
+    sent = {0: [100, 2_000, 3_000], 1: [0, 4_000, 5_000]}
+    for b in one["job"]["buckets"]:
+        b["sent"] = sent[b["index"]]
+    one["job"]["powersgd"] = {"rank": 2, "min_compression_rate": 2.0, "start_iter": 100, "batched": False}
+    job = _job([one])
+    assert job.powersgd.rank == 2 and job.powersgd.start_iter == 100
+    assert job.bucket_messages == [tuple(map(float, sent[i])) for i, _, _ in BUCKETS]
+    del one["job"]["buckets"][1]["sent"]  # a bucket without its messages: none are read
+    assert _job([one]).bucket_messages is None
 
 
 def test_profile_reading_and_mixed_config(emu_catalog: Any) -> None:

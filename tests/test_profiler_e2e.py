@@ -263,7 +263,7 @@ def test_a_compiled_model_is_profiled_and_says_its_operators_were_not_counted(
 
 @pytest.mark.parametrize("hook, named, warned", [
     ("builtin-fp16", "builtin:FP16_COMPRESS", "cannot time"),
-    ("powersgd", "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook", "not one srifty knows"),
+    ("powersgd", "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook", "with PowerSGD (rank 1)"),
 ])
 def test_a_script_s_communication_hook_is_named_and_kept(
         tmp_path: Path, hook: str, named: str, warned: str) -> None:
@@ -278,9 +278,13 @@ def test_a_script_s_communication_hook_is_named_and_kept(
     assert any(warned in w for w in doc["warnings"] if "communication hook" in w)
     # a builtin hook's buckets go untimed; a Python one's are timed as DDP's own allreduce is
     assert bool(doc["job"]["buckets"]) == (hook != "builtin-fp16")
-    if hook == "powersgd":  # predict says so of a step across workers
+    if hook == "powersgd":
+        # the tiny MLP's one bucket: its three weights compress (rank 1), its three biases (256 + 256
+        # + 10 floats) do not; P holds 256 + 256 + 10 rows, Q 64 + 256 + 256 columns
+        assert [b["sent"] for b in doc["job"]["buckets"]] == [[522 * 4, 522 * 4, 576 * 4]]
+        assert doc["job"]["powersgd"] == {"rank": 1, "min_compression_rate": 2.0, "start_iter": 2, "batched": False}
         res = run_srifty("predict", "--profile", str(out), "--config", "2xg5.xlarge")
-        assert res.returncode == 0 and "which srifty does not know" in res.stderr
+        assert res.returncode == 0 and "allreduces 0.00648 MB of its 0.34 MB of gradients" in res.stderr
 
 
 def test_a_sharded_optimizer_is_named_and_its_parameter_gather_simulated(tmp_path: Path) -> None:

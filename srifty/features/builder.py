@@ -18,7 +18,7 @@ from srifty.features.links import PRIOR_NETWORK_SPREAD, LinkScale
 from srifty.features.notes import (GRADIENT_UNKNOWN_NOTE, READY_ON_CPU_NOTE, READY_UNKNOWN_NOTE,
                                    gradient_estimated_note, intra_unstated_note, loose_profile_note, node_share_note,
                                    overlap_checked_note, overlap_fitted_note, prior_network_note,
-                                   several_models_note, sharded_optimizer_note, sync_batchnorm_note,
+                                   several_models_note, powersgd_note, sharded_optimizer_note, sync_batchnorm_note,
                                    unknown_hook_note)
 from srifty.features.rows import FEATURES, UNREAD_OVERLAP, RowBatch, RowEstimate, WorkerLayout, group_batches
 from srifty.opmodel import GpuStepModel
@@ -61,6 +61,7 @@ class FeatureBuilder(WorkerCompute):
         # with every builder of other link figures (with_link_scale)
         self._computes: dict[tuple[ClusterConfig, tuple[float, ...]], _ComputePart] = {}
         self._buckets: tuple[list[float], Sequence[float] | None] | None = None
+        self._messages: list[tuple[float, ...]] | None = None  # per bucket, where buckets() keeps the recorded ones
         self.grad_bytes, self.grad_bytes_estimated = self._resolve_grad_bytes()
 
     def _resolve_grad_bytes(self) -> tuple[float | None, bool]:
@@ -161,11 +162,25 @@ class FeatureBuilder(WorkerCompute):
             if self.job.ddp_models > 1 and self.job.allreduced_bytes:
                 # several models: what a step (a pass of it) handed the hooks, a GAN's critic's gradients twice
                 buckets = simulate.bucket_layout(self.job.allreduced_bytes / self.job.synced_passes)
-            fracs = self.job.ready_fractions if (self.job.bucket_bytes is buckets) else None
+            recorded = self.job.bucket_bytes is buckets
+            fracs = self.job.ready_fractions if recorded else None
+            # what a compressing hook (PowerSGD) sends for each recorded bucket, where the profile says
+            self._messages = self.job.bucket_messages if recorded else None
             per_element = gb / self.job.param_count if self.job.param_count else _bytes_per_param(self.job.precision)
             share = simulate.hook_wire_share(self.job.comm_hook, per_element) or 1.0
             self._buckets = [b * share for b in buckets] if share != 1.0 else buckets, fracs
         return self._buckets
+
+    def messages(self, buckets: list[float], fracs: Sequence[float] | None) -> tuple[list[float], Sequence[float] | None]:
+        """The allreduces of ``buckets`` ready at ``fracs`` (None: evenly through backward): the
+        buckets themselves, or where the profile recorded what the script's hook sends for each
+        (PowerSGD: the uncompressed gradients, then the two factors), those messages in turn,
+        each ready with its bucket."""
+        if self._messages is None or len(self._messages) != len(buckets):
+            return buckets, fracs
+        ready = list(fracs) if fracs is not None else [(i + 1) / len(buckets) for i in range(len(buckets))]
+        sent = [(float(m), f) for sizes, f in zip(self._messages, ready) for m in sizes if m > 0]
+        return [m for m, _ in sent], [f for _, f in sent]
 
     def recorded_ready(self, layout: WorkerLayout) -> bool:
         """Whether the job's recorded ready times hold for ``layout``'s workers: not where they were
@@ -205,16 +220,22 @@ class FeatureBuilder(WorkerCompute):
         backward share: JobProfile.ready_times_at). A step of several backwards (a job that
         accumulates gradients, a GAN) runs them one after another, allreducing in as many as its
         profile saw (JobProfile.synced_passes); SyncBatchNorm layers synchronise their statistics in
-        every pass, and a sharded optimizer's step gathers the parameters after."""
+        every pass, and a sharded optimizer steps 1/world of the parameters (its time where a profile
+        timed it apart, JobProfile.optimizer_share) and gathers them after."""
         buckets, fracs = self.buckets()
         backward = self.job.backward_fraction
         if fracs is not None and not self.recorded_ready(layout):
             fracs = None
         elif fracs is not None and (nearest := self.job.ready_times_at(layout.batch)) is not None:
             fracs, backward = nearest.fractions, nearest.backward_fraction  # recorded nearest this batch
+        buckets, fracs = self.messages(buckets, fracs)
         # the backwards of a step, one after another: an accumulating step's passes, a GAN's two networks' steps
         passes = max(self.job.accumulation, self.job.synced_passes)
         optimizer_ms = layout.step_alone_ms - layout.compute_ms
+        world = sum(layout.workers_per_node)
+        if self.job.sharded_optimizer and self.job.optimizer_share:
+            # the profile's workers each stepped 1/optimizer_world of the parameters; these step 1/world
+            optimizer_ms -= optimizer_ms * self.job.optimizer_share * (1.0 - self.job.optimizer_world / world)
         hierarchical = all(h.hierarchical_allreduce for h in layout.hardware)
         one_pass = simulate.simulate_iteration(
             layout.compute_ms / passes, buckets, layout.workers_per_node, layout.intra, inter,
@@ -330,7 +351,9 @@ class FeatureBuilder(WorkerCompute):
                 notes.append(gradient_estimated_note(gb))
             if self.job.ddp_models > 1 and sum(wpn_all) > 1:
                 notes.append(several_models_note(self.job.model, self.job.ddp_models))
-            if not simulate.knows_hook(self.job.comm_hook) and sum(wpn_all) > 1:
+            if self.job.powersgd and self._messages and sum(wpn_all) > 1:
+                notes.append(powersgd_note(self.job.model, self.job.powersgd, sum(map(sum, self._messages)), gb))
+            elif not simulate.knows_hook(self.job.comm_hook) and sum(wpn_all) > 1:
                 notes.append(unknown_hook_note(self.job.model, self.job.comm_hook))
             if self.job.sharded_optimizer and sum(wpn_all) > 1:
                 gathered = sim.iteration_ms - self.simulated(config, layout, inter, sharded=False).iteration_ms

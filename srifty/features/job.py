@@ -58,6 +58,15 @@ class ReadyTimes:
     fractions: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class PowerSgd:
+    """The PowerSGD communication hook a script registers (the profile's ``job.powersgd``): its
+    factors' rank, and the steps it runs DDP's plain allreduce before compressing."""
+
+    rank: int
+    start_iter: int
+
+
 @dataclass
 class JobProfile:
     """Everything srifty knows about one model (job), from one or more profiles."""
@@ -88,8 +97,16 @@ class JobProfile:
     accumulation: int = 1  # forward-backward passes per optimizer step (job.accumulation): a batch is their sum
     synced_passes: int = 1  # the backwards a step allreduces in (job.synced_passes; a GAN's: two)
     comm_hook: str | None = None  # the script's DDP communication hook (job.comm_hook; simulate.hook_wire_share)
+    powersgd: PowerSgd | None = None  # where that hook is PowerSGD's
+    # per recorded bucket (bucket_bytes), the bytes of each allreduce a compressing hook runs for it in turn
+    bucket_messages: list[tuple[float, ...]] | None = None
     allreduced_bytes: int | None = None  # what a step handed DDP's communication hooks (job.allreduced_bytes)
     sharded_optimizer: str | None = None  # an optimizer that shards its state and gathers the parameters (ZeRO)
+    # the optimizer's share of the time after the allreduces (optimizer + other) in the profile with the
+    # fewest workers that splits it, and those workers: where the optimizer is sharded each of W workers
+    # steps 1/W of the parameters (FeatureBuilder.simulated)
+    optimizer_share: float | None = None
+    optimizer_world: int = 1
     sync_batchnorm: tuple[int, ...] = ()  # the features of each SyncBatchNorm layer (job.sync_batchnorm)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
@@ -168,7 +185,7 @@ class JobProfile:
         out = replace(self, runs=[r for r in self.runs if keep(r)])
         if forget_size:
             out = replace(out, param_count=None, grad_bytes=None, grad_bytes_estimated=False, bucket_bytes=None,
-                          ready_fractions=None)
+                          bucket_messages=None, ready_fractions=None)
         return out
 
     def compute_curve(self, instance_type: str) -> ComputeCurve | None:
@@ -190,9 +207,11 @@ class JobProfile:
         return max(cis) if cis else None
 
     def post_curve(self, instance_type: str) -> ComputeCurve | None:
-        """Optimizer + other time per step on ``instance_type`` (single-worker runs that split it)."""
-        pts = [(r.local_batch_size, r.post_ms) for r in self._runs_by_type().get(instance_type, [])
-               if r.world_size == 1 and r.post_ms is not None]
+        """Optimizer + other time per step on ``instance_type``, from the runs that split it with the
+        fewest workers (those :meth:`compute_curve` reads)."""
+        runs = [r for r in self._runs_by_type().get(instance_type, []) if r.post_ms is not None]
+        smallest = min((r.world_size for r in runs), default=1)
+        pts = [(r.local_batch_size, r.post_ms) for r in runs if r.world_size == smallest]
         return ComputeCurve.from_points(pts) if pts else None
 
     def measured_run(self, config: "ClusterConfig", local_batch_size: int) -> Run | None:
@@ -251,6 +270,8 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.accumulation = max(job.accumulation, int(j.get("accumulation") or 1))
         job.synced_passes = max(job.synced_passes, int(j.get("synced_passes") or 1))
         job.comm_hook = job.comm_hook or j.get("comm_hook")
+        if job.powersgd is None and j.get("powersgd"):
+            job.powersgd = PowerSgd(int(j["powersgd"]["rank"]), int(j["powersgd"]["start_iter"]))
         job.allreduced_bytes = job.allreduced_bytes or j.get("allreduced_bytes")
         job.sharded_optimizer = job.sharded_optimizer or j.get("sharded_optimizer")
         job.sync_batchnorm = job.sync_batchnorm or tuple(int(c) for c in j.get("sync_batchnorm") or ())
@@ -295,7 +316,10 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         bwd = float((s.get("backward_compute_ms") or {}).get("median") or 0.0)
         post = None
         if fwd + bwd > 0 and s.get("optimizer_ms"):
-            post = float(s["optimizer_ms"]["median"]) + float((s.get("other_ms") or {}).get("median") or 0.0)
+            optimizer = float(s["optimizer_ms"]["median"])
+            post = optimizer + float((s.get("other_ms") or {}).get("median") or 0.0)
+            if post > 0 and job.optimizer_share is None:  # the profiles come fewest workers first
+                job.optimizer_share, job.optimizer_world = optimizer / post, sum(cl["workers_per_node"])
             post = min(post, max(it_ms - exposed - fwd - bwd, 0.0)) if it_ms > fwd + bwd else None
         lo, hi = s["iteration_ms"].get("ci_low"), s["iteration_ms"].get("ci_high")
         rel_ci = (float(hi) - float(lo)) / 2.0 / it_ms if lo is not None and hi is not None and it_ms > 0 else None
@@ -317,6 +341,9 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             timelines.append((cl.get("device"), [float(b["bytes"]) for b in buckets], ready))
         if buckets and (job.bucket_bytes is None or on_gpu_over_cpu):
             job.bucket_bytes = [float(b["bytes"]) for b in buckets]
+            sent = {int(b["index"]): b["sent"] for b in j.get("buckets") or [] if b.get("sent")}
+            job.bucket_messages = ([tuple(float(m) for m in sent[int(b["index"])]) for b in buckets]
+                                   if buckets and all(int(b["index"]) in sent for b in buckets) else None)
             job.ready_fractions, job.ready_device = None, None
             if ready is not None:
                 job.ready_fractions, job.ready_device = list(ready.fractions), cl.get("device")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from srifty.features.hardware import DEFAULT_INTRA_GBYTES_PER_S, Hardware
 
 if TYPE_CHECKING:  # pragma: no cover
-    from srifty.features.job import JobProfile
+    from srifty.features.job import JobProfile, PowerSgd
     from srifty.features.overlap import OverlapFit
 
 # said of a multi-worker estimate for a job whose gradient size srifty cannot know
@@ -84,11 +84,20 @@ def unknown_hook_note(model: str, hook: str) -> str:
             "makes the step across workers shorter than predicted")
 
 
+def powersgd_note(model: str, powersgd: "PowerSgd", sent_bytes: float, grad_bytes: float) -> str:
+    """Said of a multi-worker estimate for a job whose script compresses its gradients with PowerSGD."""
+    return (f"{model}'s script compresses its gradients with PowerSGD (rank {powersgd.rank}): a step allreduces "
+            f"{sent_bytes / 1e6:,.3g} MB of its {grad_bytes / 1e6:,.3g} MB of gradients, each bucket's uncompressed "
+            "gradients and then its two factors in turn. Its first "
+            f"{powersgd.start_iter:,} steps run DDP's plain allreduce instead, and the compression's own matrix "
+            "products are not in the prediction")
+
+
 def sharded_optimizer_note(model: str, optimizer: str, gather_ms: float) -> str:
     """Said of a multi-worker estimate for a job whose optimizer shards its state (ZeRO)."""
     return (f"{model}'s optimizer is a {optimizer}: the all-gather of the updated parameters after each step "
-            f"adds {readable_ms(gather_ms)} ms (half an allreduce of them); its own time is as profiled, where "
-            "each worker updated its share of the parameters")
+            f"adds {readable_ms(gather_ms)} ms (half an allreduce of them); its own step, where the profile timed "
+            "it, is scaled to each worker's shard of the parameters")
 
 
 def sync_batchnorm_note(model: str, layers: int, sync_ms: float) -> str:

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils.rnn import PackedSequence
 
 from srifty.profiling.modelmath import math_precision
+from srifty.profiling.powersgd import bucket_messages
 from srifty.profiling.timing import _Bucket, _first_batch_dim, _first_tensor, _listed_samples, _OpenIteration
 
 if TYPE_CHECKING:
@@ -162,7 +163,10 @@ class DdpHooks:
         recorder._open.forward_s += recorder.clock.seconds(end) - recorder.clock.seconds(recorder._fwd_started)
         recorder._fwd_started = None
 
-    def timed_comm_hook(self, hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def timed_comm_hook(self, hook: Callable[[Any, Any], Any],
+                        powersgd: dict[str, Any] | None = None) -> Callable[[Any, Any], Any]:
+        """``hook`` (DDP's allreduce, or the script's) with each bucket timed; ``powersgd``: the
+        PowerSGD settings the script's hook runs with, whose messages each bucket records."""
         recorder = self.recorder
 
         def srifty_timed_hook(state: Any, bucket: Any) -> Any:
@@ -173,6 +177,8 @@ class DdpHooks:
                 nbytes=int(buf.numel() * buf.element_size()),
                 num_params=len(bucket.parameters()),
                 ready=ready,
+                sent=bucket_messages(powersgd, [tuple(p.shape) for p in bucket.parameters()], buf.element_size())
+                if powersgd else None,
             )
             if recorder._open is not None:
                 recorder._open.buckets.append(entry)

@@ -137,6 +137,15 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "includes the wait for the allreduce. Register the same hook in Python to profile it (for FP16_COMPRESS "
             "model.register_comm_hook(None, default_hooks.fp16_compress_hook), from "
             "torch.distributed.algorithms.ddp_comm_hooks).")
+    elif (compression := model.get("powersgd")) and all(b.get("sent") for b in layout):
+        sent, grads = sum(sum(b["sent"]) for b in layout), sum(b["bytes"] for b in layout)
+        warnings.append(
+            f"the script's DDP communication hook compresses its gradients with PowerSGD (rank "
+            f"{compression['rank']}): srifty predicts steps "
+            f"across workers with the allreduces it sends for each bucket, {sent / 1e6:,.3g} MB of the "
+            f"{grads / 1e6:,.3g} MB of gradients a step, in turn where the bucket becomes ready. The hook runs DDP's "
+            f"plain allreduce for its first {compression['start_iter']} steps, which the predictions leave out, and "
+            "the compression's own matrix products on other hardware are not predicted.")
     elif not simulate.knows_hook(hook):
         warnings.append(
             f"the script's DDP communication hook {hook} is not one srifty knows: steps across workers are "
@@ -155,8 +164,8 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
         warnings.append(
             f"the optimizer is a {sharded}: each worker updates its shard of the parameters, then sends it to the "
             "others. srifty predicts steps across workers with that all-gather (half an allreduce of the "
-            "parameters) after the gradients' allreduce, and the optimizer's own time as profiled on "
-            f"{world} worker(s), where each updated 1/{world} of the parameters.")
+            "parameters) after the gradients' allreduce, and with the optimizer's own step as timed here on "
+            f"{world} worker(s), each updating 1/{world} of the parameters, scaled to each worker's shard.")
     if model.get("operators_not_counted"):
         warnings.append(model["operators_not_counted"])
     if summary and achieved is not None and achieved > request.target_rel_ci:
@@ -200,6 +209,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "memory": model.get("memory"),
             "bucket_cap_mb": model.get("bucket_cap_mb"),
             "comm_hook": model.get("comm_hook"),
+            "powersgd": model.get("powersgd"),
             "buckets": layout,
             "ddp_models": ddp_models,  # the gradient figures above are all of theirs
             "accumulation": passes,

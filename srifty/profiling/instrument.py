@@ -41,6 +41,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
+from srifty.profiling import powersgd
 from srifty.profiling.ddp_hooks import (
     _ORIGINAL_DDP_INIT,
     _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK,
@@ -101,8 +102,12 @@ def install(settings: WorkerSettings) -> Recorder:
         recorder.model.setdefault("comm_hook", name)
 
     def register_comm_hook(self: DistributedDataParallel, state: Any, hook: Callable[..., Any]) -> Any:
-        script_hook(self, comm_hook_name(hook))
-        return _ORIGINAL_REGISTER_COMM_HOOK(self, state, recorder.timed_comm_hook(hook))
+        name = comm_hook_name(hook)
+        script_hook(self, name)
+        compression = powersgd.settings(state, name)
+        if compression:
+            recorder.model.setdefault("powersgd", compression)
+        return _ORIGINAL_REGISTER_COMM_HOOK(self, state, recorder.timed_comm_hook(hook, compression))
 
     def register_builtin_comm_hook(self: DistributedDataParallel, comm_hook_type: Any) -> Any:
         script_hook(self, f"builtin:{getattr(comm_hook_type, 'name', comm_hook_type)}")

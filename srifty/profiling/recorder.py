@@ -233,7 +233,8 @@ class Recorder:
             if not self.bucket_layout and it.buckets and len(self.iterations) >= 2:
                 # DDP rebuilds its buckets after the first iteration: take the layout later
                 self.bucket_layout = [
-                    {"index": b.index, "bytes": b.nbytes, "num_params": b.num_params} for b in it.buckets
+                    {"index": b.index, "bytes": b.nbytes, "num_params": b.num_params}
+                    | ({"sent": list(b.sent)} if b.sent is not None else {}) for b in it.buckets
                 ]
             self._dirty = True
         if self.measure_started_host is None:
@@ -289,8 +290,9 @@ class Recorder:
     def attach_ddp(self, ddp: DistributedDataParallel) -> None:
         self.hooks.attach_ddp(ddp)
 
-    def timed_comm_hook(self, hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-        return self.hooks.timed_comm_hook(hook)
+    def timed_comm_hook(self, hook: Callable[[Any, Any], Any],
+                        powersgd: dict[str, Any] | None = None) -> Callable[[Any, Any], Any]:
+        return self.hooks.timed_comm_hook(hook, powersgd)
 
     def wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         return self.hooks.wrap_backward(original)

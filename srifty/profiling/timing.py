@@ -59,6 +59,7 @@ class _Bucket:
     nbytes: int
     num_params: int
     ready: Any
+    sent: tuple[int, ...] | None = None  # the allreduces' bytes where a hook compresses (profiling.powersgd)
     end_host: float | None = None
 
 
