@@ -202,6 +202,12 @@ def test_powersgd_buckets_allreduce_their_recorded_messages_in_turn() -> None:
     assert any("allreduces 0.962 MB of its 100 MB" in n for n in est.notes)
     assert not any("does not know" in n for n in est.notes)
     assert any("does not know" in n for n in plain_fb.estimate(config, 64).notes)
+    # under DDP's fp16 wrapper PowerSGD compresses half-precision gradients: half the bytes
+    wrapped = replace(psgd, comm_hook="torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
+                                      "fp16_compress_wrapper.<locals>.fp16_compress_wrapper_hook")
+    wrapped_fb = FeatureBuilder(wrapped, cat)
+    wrapped_fb.buckets()
+    assert wrapped_fb.messages(buckets, ready)[0] == pytest.approx([m / 2 for m in messages])
 
 
 def test_several_ddp_models_allreduce_what_a_step_handed_the_hooks() -> None:

@@ -164,11 +164,13 @@ class FeatureBuilder(WorkerCompute):
                 buckets = simulate.bucket_layout(self.job.allreduced_bytes / self.job.synced_passes)
             recorded = self.job.bucket_bytes is buckets
             fracs = self.job.ready_fractions if recorded else None
-            # what a compressing hook (PowerSGD) sends for each recorded bucket, where the profile says
-            self._messages = self.job.bucket_messages if recorded else None
             per_element = gb / self.job.param_count if self.job.param_count else _bytes_per_param(self.job.precision)
             share = simulate.hook_wire_share(self.job.comm_hook, per_element) or 1.0
             self._buckets = [b * share for b in buckets] if share != 1.0 else buckets, fracs
+            # what a compressing hook (PowerSGD) sends for each recorded bucket, where the profile says; in
+            # half precision where DDP's fp16/bf16 wrapper wraps it
+            self._messages = ([tuple(m * share for m in sent) for sent in self.job.bucket_messages]
+                              if recorded and self.job.bucket_messages else None)
         return self._buckets
 
     def messages(self, buckets: list[float], fracs: Sequence[float] | None) -> tuple[list[float], Sequence[float] | None]:
