@@ -159,3 +159,24 @@ def test_a_powersgd_state_is_read_and_any_other_is_not() -> None:
         "rank": 4, "min_compression_rate": 2.0, "start_iter": 500, "batched": True}
     assert settings(state, "x.powerSGD_hook")["batched"] is False
     assert settings(None, "x.powerSGD_hook") is None
+
+
+def test_a_hung_powersgd_job_on_cpu_workers_is_told_of_gloo_s_deadlock() -> None:
+    """A job that hangs under PowerSGD on CPU workers (gloo) with several buckets is told that
+    the hook's waits inside gloo's callbacks deadlock, and how to avoid it; with one bucket, or on
+    a GPU, the usual advice stands."""
+    from srifty.profiling.diagnosis import diagnose_failure
+    from srifty.profiling.request import ProfileRequest
+    from srifty.profiling.supervisor import RunOutcome
+
+    def advice(layout: list[dict], device: str = "cpu") -> str:
+        ranks = [{"rank": 0, "device": {"type": device}, "bucket_layout": layout,
+                  "model": {"powersgd": {"rank": 1, "min_compression_rate": 2.0, "start_iter": 2, "batched": False}}}]
+        failure = diagnose_failure(ProfileRequest(script="wide.py"), ranks, RunOutcome([None], "hung", 130.0, ""),
+                                   {"measurement": {"iterations_recorded": 7}})
+        return str(failure)
+
+    two = [{"index": 0, "bytes": 16_867_368}, {"index": 1, "bytes": 532_480}]
+    assert "2 gradient buckets in flight" in advice(two) and "above its 16.6 MiB of gradients" in advice(two)
+    for other in (advice(two[:1]), advice(two, "cuda")):
+        assert "gloo" not in other and "another rank never joined" in other

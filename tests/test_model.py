@@ -414,6 +414,15 @@ def test_profile_reading_of_the_optimizer_s_share_and_powersgd_s_messages(emu_ca
     job = _job([one])
     assert job.powersgd.rank == 2 and job.powersgd.start_iter == 100
     assert job.bucket_messages == [tuple(map(float, sent[i])) for i, _, _ in BUCKETS]
+    assert job.runs[0].sync_ms == 0.0 and not job.powersgd.profiled  # the default: not said to have compressed
+    # measured steps that ran the compression: the time backward waited is the hook's own compute
+    exposed = _doc(["emu.small"], 100.0, 200.0, 15.0, it=340.0, exposed=20.0)
+    exposed["job"]["powersgd"] = one["job"]["powersgd"] | {"profiled": True}
+    ran = _job([exposed])
+    assert ran.powersgd.profiled and ran.runs[0].sync_ms == 0.0
+    assert ran.compute_curve("emu.small").at(8) == pytest.approx(340.0 - 15.0)
+    exposed["job"]["powersgd"]["profiled"] = False
+    assert _job([exposed]).runs[0].sync_ms == 20.0
     del one["job"]["buckets"][1]["sent"]  # a bucket without its messages: none are read
     assert _job([one]).bucket_messages is None
 

@@ -282,7 +282,10 @@ def test_a_script_s_communication_hook_is_named_and_kept(
         # the tiny MLP's one bucket: its three weights compress (rank 1), its three biases (256 + 256
         # + 10 floats) do not; P holds 256 + 256 + 10 rows, Q 64 + 256 + 256 columns
         assert [b["sent"] for b in doc["job"]["buckets"]] == [[522 * 4, 522 * 4, 576 * 4]]
-        assert doc["job"]["powersgd"] == {"rank": 1, "min_compression_rate": 2.0, "start_iter": 2, "batched": False}
+        # past its two plain steps the measured steps ran the compression
+        assert doc["job"]["powersgd"] == {"rank": 1, "min_compression_rate": 2.0, "start_iter": 2, "batched": False,
+                                          "profiled": True}
+        assert all(it.get("compressed") for r in doc["ranks"] for it in r["iterations"][2:])
         res = run_srifty("predict", "--profile", str(out), "--config", "2xg5.xlarge")
         assert res.returncode == 0 and "allreduces 0.00648 MB of its 0.34 MB of gradients" in res.stderr
 

@@ -65,6 +65,7 @@ class PowerSgd:
 
     rank: int
     start_iter: int
+    profiled: bool = False  # the profile's measured steps ran the compression (its compute is in them)
 
 
 @dataclass
@@ -271,7 +272,8 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         job.synced_passes = max(job.synced_passes, int(j.get("synced_passes") or 1))
         job.comm_hook = job.comm_hook or j.get("comm_hook")
         if job.powersgd is None and j.get("powersgd"):
-            job.powersgd = PowerSgd(int(j["powersgd"]["rank"]), int(j["powersgd"]["start_iter"]))
+            job.powersgd = PowerSgd(int(j["powersgd"]["rank"]), int(j["powersgd"]["start_iter"]),
+                                    bool(j["powersgd"].get("profiled")))
         job.allreduced_bytes = job.allreduced_bytes or j.get("allreduced_bytes")
         job.sharded_optimizer = job.sharded_optimizer or j.get("sharded_optimizer")
         job.sync_batchnorm = job.sync_batchnorm or tuple(int(c) for c in j.get("sync_batchnorm") or ())
@@ -323,8 +325,11 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             post = min(post, max(it_ms - exposed - fwd - bwd, 0.0)) if it_ms > fwd + bwd else None
         lo, hi = s["iteration_ms"].get("ci_low"), s["iteration_ms"].get("ci_high")
         rel_ci = (float(hi) - float(lo)) / 2.0 / it_ms if lo is not None and hi is not None and it_ms > 0 else None
-        job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms, exposed,
-                            post, config, rel_ci))
+        # where the measured steps ran PowerSGD's compression, the time backward waited is mostly the hook's
+        # own compute (at one worker, all of it): kept in the step's compute, not read as communication
+        hook_compute = bool((j.get("powersgd") or {}).get("profiled"))
+        job.runs.append(Run(itype, tuple(cl["workers_per_node"]), int(j["local_batch_size"]), it_ms,
+                            0.0 if hook_compute else exposed, post, config, rel_ci))
         buckets = [b for b in (s.get("buckets") or []) if b.get("bytes")]
         timed = bool(buckets) and fwd + bwd > 0 and all(b.get("ready_ms") is not None for b in buckets)
         # ready times recorded on a GPU over a CPU's, which do not carry to GPUs (FeatureBuilder.recorded_ready),

@@ -88,9 +88,12 @@ def powersgd_note(model: str, powersgd: "PowerSgd", sent_bytes: float, grad_byte
     """Said of a multi-worker estimate for a job whose script compresses its gradients with PowerSGD."""
     return (f"{model}'s script compresses its gradients with PowerSGD (rank {powersgd.rank}): a step allreduces "
             f"{sent_bytes / 1e6:,.3g} MB of its {grad_bytes / 1e6:,.3g} MB of gradients, each bucket's uncompressed "
-            "gradients and then its two factors in turn. Its first "
-            f"{powersgd.start_iter:,} steps run DDP's plain allreduce instead, and the compression's own matrix "
-            "products are not in the prediction")
+            "gradients and then its two factors in turn, "
+            + ("with the compression's own compute as the profile measured it in the step (the time its backward "
+               "waited, with any wait for the allreduces)" if powersgd.profiled else
+               "without the compression's own compute, which the profile's plain first steps did not run "
+               "(start_powerSGD_iter=2 while profiling measures it)")
+            + f". Its first {powersgd.start_iter:,} steps run DDP's plain allreduce instead")
 
 
 def sharded_optimizer_note(model: str, optimizer: str, gather_ms: float) -> str:

@@ -183,6 +183,8 @@ class DdpHooks:
             if recorder._open is not None:
                 recorder._open.buckets.append(entry)
                 recorder._open.allreduced_bytes += entry.nbytes
+                if powersgd and state.iter >= state.start_powerSGD_iter:  # this step's buckets are compressed
+                    recorder._open.compressed = True
             recorder.saw_bucket(entry.index, buf)
             fut = hook(state, bucket)
 

@@ -34,8 +34,8 @@ def diagnose_failure(
         return ProfilingFailed(
             f"{script} stopped making progress after {measured} iterations: no iteration finished for "
             f"{request.hang_timeout:.0f} s, so srifty took the workers to be hung and stopped them.",
-            "A worker may be stuck in a collective that another rank never joined; raise --hang-timeout if "
-            "iterations are really that slow.",
+            powersgd_on_gloo(ranks) or "A worker may be stuck in a collective that another rank never joined; raise "
+            "--hang-timeout if iterations are really that slow.",
         )
     if outcome.reason == "time_cap":
         return ProfilingFailed(
@@ -134,3 +134,21 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
         f"their records. Last lines of their output: {tail}",
         "Run the script under `torchrun` directly to see what fails.",
     )
+
+
+def powersgd_on_gloo(ranks: list[dict[str, Any]]) -> str | None:
+    """What to do where the hung job runs PyTorch's PowerSGD hook over gloo (CPU workers) with
+    several gradient buckets: the hook waits for its allreduces inside gloo's callbacks, and two
+    buckets in flight can hold both of gloo's threads, a deadlock that needs no srifty (a two-bucket
+    MLP on one 0.5-core emulated host stopped at its 31st step under plain torchrun, and ran 300
+    steps with one bucket). None where that is not the case."""
+    model = next((r["model"] for r in ranks if r.get("model")), {})
+    layout = next((r["bucket_layout"] for r in ranks if r.get("bucket_layout")), [])
+    on_cpu = not any((r.get("device") or {}).get("type") == "cuda" for r in ranks)
+    if not (model.get("powersgd") and on_cpu and len(layout) > 1):
+        return None
+    grads = sum(int(b.get("bytes") or 0) for b in layout) / 2 ** 20
+    return (f"The script's PowerSGD hook waits for its allreduces inside gloo's callbacks, and with its "
+            f"{len(layout)} gradient buckets in flight those waits can hold every gloo thread: the job deadlocks "
+            "on CPU workers without srifty too (PowerSGD is made for NCCL). Profile it on a GPU, or give DDP a "
+            f"bucket_cap_mb above its {grads:,.1f} MiB of gradients so that one bucket holds them all.")

@@ -130,6 +130,11 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
                "srifty.step() marks iterations where that is not the script's training step.")
         )
     hook = model.get("comm_hook")
+    if compression := model.get("powersgd"):
+        # whether the measured steps ran the compression (past the hook's plain first steps): their
+        # exposed time is then mostly the hook's own compute
+        steps = [bool(it.get("compressed")) for r in ranks for it in r.get("iterations", [])[1:]]
+        compression = model["powersgd"] = compression | {"profiled": bool(steps) and sum(steps) * 2 >= len(steps)}
     if hook and hook.startswith("builtin:"):
         warnings.append(
             f"the script registers DDP's builtin communication hook {hook.removeprefix('builtin:')}, which srifty "
@@ -137,15 +142,20 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "includes the wait for the allreduce. Register the same hook in Python to profile it (for FP16_COMPRESS "
             "model.register_comm_hook(None, default_hooks.fp16_compress_hook), from "
             "torch.distributed.algorithms.ddp_comm_hooks).")
-    elif (compression := model.get("powersgd")) and all(b.get("sent") for b in layout):
+    elif compression and all(b.get("sent") for b in layout):
         sent, grads = sum(sum(b["sent"]) for b in layout), sum(b["bytes"] for b in layout)
         warnings.append(
             f"the script's DDP communication hook compresses its gradients with PowerSGD (rank "
-            f"{compression['rank']}): srifty predicts steps "
-            f"across workers with the allreduces it sends for each bucket, {sent / 1e6:,.3g} MB of the "
-            f"{grads / 1e6:,.3g} MB of gradients a step, in turn where the bucket becomes ready. The hook runs DDP's "
-            f"plain allreduce for its first {compression['start_iter']} steps, which the predictions leave out, and "
-            "the compression's own matrix products on other hardware are not predicted.")
+            f"{compression['rank']}): srifty predicts steps across workers with the allreduces it sends for each "
+            f"bucket, {sent / 1e6:,.3g} MB of the {grads / 1e6:,.3g} MB of gradients a step, in turn where the "
+            "bucket becomes ready. "
+            + ("The measured steps ran the compression, and its own compute (most of the time backward waited, "
+               "which cannot be told apart from the wait for the allreduces) stays in the predicted steps. "
+               if compression["profiled"] else
+               f"The measured steps ran the hook's first {compression['start_iter']} plain steps, so the "
+               "compression's own compute is not in the predictions: start_powerSGD_iter=2 while profiling "
+               "measures it. ")
+            + "Its plain first steps are left out of the predictions.")
     elif not simulate.knows_hook(hook):
         warnings.append(
             f"the script's DDP communication hook {hook} is not one srifty knows: steps across workers are "

@@ -80,6 +80,7 @@ class _OpenIteration:
     samples: int = 0  # every forward's batch, summed
     synced_backwards: int = 0  # backwards whose gradient buckets were allreduced (not under no_sync)
     allreduced_bytes: int = 0  # the bytes of every bucket handed to a communication hook, all backwards
+    compressed: bool = False  # PowerSGD compressed a bucket (past its start_powerSGD_iter plain steps)
     buckets: list[_Bucket] = field(default_factory=list)
     bwd_start: Any = None
     last_bwd_start: Any = None
@@ -170,6 +171,8 @@ def iteration_record(it: _OpenIteration, end_mark: Any, clock: Clock, index: int
         "allreduced_bytes": it.allreduced_bytes,
         "buckets": buckets,
     }
+    if it.compressed:
+        record["compressed"] = True
     return record
 
 
