@@ -10,7 +10,7 @@ plain allreduce for the first ``start_powerSGD_iter`` steps.
 
 The profiler records a bucket's messages (:func:`bucket_messages`) beside its bytes, and the
 simulator allreduces them in turn where the bucket becomes ready
-(srifty.features.builder.FeatureBuilder.buckets).
+(srifty.features.builder.FeatureBuilder.messages).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """A tiny DDP job with a communication hook registered as its argument says: DDP's builtin
-FP16_COMPRESS (C++, which srifty cannot wrap), the Python fp16_compress_hook, or PowerSGD."""
+FP16_COMPRESS (C++, which srifty cannot wrap), the Python fp16_compress_hook, PowerSGD, or none
+(any other word). Optional second and third arguments: the MLP's width (256) and DDP's
+bucket_cap_mb (DDP's default)."""
 import sys
 
 import torch.distributed as dist
 from _tiny import tiny_ddp, train_step
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-model, opt, batch, rank = tiny_ddp()
 kind = sys.argv[1]
+model, opt, batch, rank = tiny_ddp(*(int(a) for a in sys.argv[2:3]), *(float(a) for a in sys.argv[3:4]))
 if kind == "builtin-fp16":
     model._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
 elif kind == "fp16":
