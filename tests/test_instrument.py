@@ -170,10 +170,12 @@ def test_a_hung_powersgd_job_on_cpu_workers_is_told_of_gloo_s_deadlock() -> None
     from srifty.profiling.supervisor import RunOutcome
 
     def advice(layout: list[dict], device: str = "cpu") -> str:
-        ranks = [{"rank": 0, "device": {"type": device}, "bucket_layout": layout,
-                  "model": {"powersgd": {"rank": 1, "min_compression_rate": 2.0, "start_iter": 2, "batched": False}}}]
-        failure = diagnose_failure(ProfileRequest(script="wide.py"), ranks, RunOutcome([None], "hung", 130.0, ""),
-                                   {"measurement": {"iterations_recorded": 7}})
+        # the hung run's profile as training_doc writes it
+        doc = {"measurement": {"iterations_recorded": 7}, "cluster": {"device": device},
+               "job": {"buckets": layout, "powersgd": {"rank": 1, "min_compression_rate": 2.0, "start_iter": 2,
+                                                       "batched": False, "profiled": True}}}
+        failure = diagnose_failure(ProfileRequest(script="wide.py"), [{"rank": 0}],
+                                   RunOutcome([None], "hung", 130.0, ""), doc)
         return str(failure)
 
     two = [{"index": 0, "bytes": 16_867_368}, {"index": 1, "bytes": 532_480}]

@@ -234,9 +234,9 @@ class FeatureBuilder(WorkerCompute):
         # the backwards of a step, one after another: an accumulating step's passes, a GAN's two networks' steps
         passes = max(self.job.accumulation, self.job.synced_passes)
         optimizer_ms = layout.step_alone_ms - layout.compute_ms
-        world = sum(layout.workers_per_node)
         if self.job.sharded_optimizer and self.job.optimizer_share:
             # the profile's workers each stepped 1/optimizer_world of the parameters; these step 1/world
+            world = sum(layout.workers_per_node)
             optimizer_ms -= optimizer_ms * self.job.optimizer_share * (1.0 - self.job.optimizer_world / world)
         hierarchical = all(h.hierarchical_allreduce for h in layout.hardware)
         one_pass = simulate.simulate_iteration(

@@ -171,14 +171,15 @@ class DdpHooks:
 
         def srifty_timed_hook(state: Any, bucket: Any) -> Any:
             ready = recorder.clock.mark()
-            buf = bucket.buffer()
+            buf, params = bucket.buffer(), bucket.parameters()
             entry = _Bucket(
                 index=int(bucket.index()),
                 nbytes=int(buf.numel() * buf.element_size()),
-                num_params=len(bucket.parameters()),
+                num_params=len(params),
                 ready=ready,
-                sent=bucket_messages(powersgd, [tuple(p.shape) for p in bucket.parameters()], buf.element_size())
-                if powersgd else None,
+                # only the buckets the recorder keeps as the layout need their messages (Recorder._close)
+                sent=bucket_messages(powersgd, [tuple(p.shape) for p in params], buf.element_size())
+                if powersgd and not recorder.bucket_layout else None,
             )
             if recorder._open is not None:
                 recorder._open.buckets.append(entry)

@@ -34,7 +34,7 @@ def diagnose_failure(
         return ProfilingFailed(
             f"{script} stopped making progress after {measured} iterations: no iteration finished for "
             f"{request.hang_timeout:.0f} s, so srifty took the workers to be hung and stopped them.",
-            powersgd_on_gloo(ranks) or "A worker may be stuck in a collective that another rank never joined; raise "
+            powersgd_on_gloo(doc) or "A worker may be stuck in a collective that another rank never joined; raise "
             "--hang-timeout if iterations are really that slow.",
         )
     if outcome.reason == "time_cap":
@@ -136,16 +136,15 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
     )
 
 
-def powersgd_on_gloo(ranks: list[dict[str, Any]]) -> str | None:
-    """What to do where the hung job runs PyTorch's PowerSGD hook over gloo (CPU workers) with
-    several gradient buckets: the hook waits for its allreduces inside gloo's callbacks, and two
-    buckets in flight can hold both of gloo's threads, a deadlock that needs no srifty (a two-bucket
-    MLP on one 0.5-core emulated host stopped at its 31st step under plain torchrun, and ran 300
-    steps with one bucket). None where that is not the case."""
-    model = next((r["model"] for r in ranks if r.get("model")), {})
-    layout = next((r["bucket_layout"] for r in ranks if r.get("bucket_layout")), [])
-    on_cpu = not any((r.get("device") or {}).get("type") == "cuda" for r in ranks)
-    if not (model.get("powersgd") and on_cpu and len(layout) > 1):
+def powersgd_on_gloo(doc: dict[str, Any]) -> str | None:
+    """What to do where the hung job (its profile ``doc``) runs PyTorch's PowerSGD hook over gloo
+    (CPU workers) with several gradient buckets: the hook waits for its allreduces inside gloo's
+    callbacks, and two buckets in flight can hold both of gloo's threads, a deadlock that needs no
+    srifty (a two-bucket MLP on one 0.5-core emulated host stopped at its 31st step under plain
+    torchrun, and ran 300 steps with one bucket). None where that is not the case."""
+    job = doc.get("job") or {}
+    layout = job.get("buckets") or []
+    if not (job.get("powersgd") and (doc.get("cluster") or {}).get("device") == "cpu" and len(layout) > 1):
         return None
     grads = sum(int(b.get("bytes") or 0) for b in layout) / 2 ** 20
     return (f"The script's PowerSGD hook waits for its allreduces inside gloo's callbacks, and with its "
