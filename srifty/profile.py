@@ -51,6 +51,7 @@ def _validator(version: int) -> Any:
 # document, so a corpus read again (each fold of `srifty validate` reads it) skips the schema walk,
 # which costs more than the parse. Only bytes that passed are kept; a broken file fails every time.
 _VALID_BYTES: set[bytes] = set()
+NOT_A_PROFILE_HINT = "Give a JSON file written by `srifty profile` or `srifty import`."
 
 
 def utc_now() -> str:
@@ -68,6 +69,9 @@ def validate(doc: Any, source: str = "profile") -> None:
     """Raise :class:`ProfileFormatError` naming the first wrong field of ``doc``."""
     if not isinstance(doc, dict):
         raise ProfileFormatError(f"{source}: a profile is a JSON object, not {type(doc).__name__}.")
+    if "schema_version" not in doc:
+        raise ProfileFormatError(f"{source}: not a srifty profile (it has no `schema_version` field).",
+                                 NOT_A_PROFILE_HINT)
     version = doc.get("schema_version")
     if version not in READABLE_SCHEMA_VERSIONS or isinstance(version, bool):
         raise ProfileFormatError(
@@ -160,19 +164,15 @@ def _finite_float(text: str) -> float:
     return x
 
 
-def load(path: str | os.PathLike[str]) -> Profile:
-    """Load and validate one profile file."""
-    p = Path(path)
-    if not p.exists():
-        raise ProfileFormatError(f"{p}: no such profile file.", "Check the path, or record one with `srifty profile`.")
+def _read(p: Path) -> tuple[bytes, Any]:
+    """The bytes of the file at ``p`` and its JSON document, or a one-paragraph error."""
     try:
         raw = p.read_bytes()
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+        return raw, json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
     except OSError as exc:
         raise ProfileFormatError(f"{p}: cannot be read ({exc.strerror}).", "Check the path and its permissions.") from None
     except UnicodeDecodeError:
-        raise ProfileFormatError(f"{p}: not a profile (not UTF-8 text).",
-                                 "Give a JSON file written by `srifty profile` or `srifty import`.") from None
+        raise ProfileFormatError(f"{p}: not a profile (not UTF-8 text).", NOT_A_PROFILE_HINT) from None
     except json.JSONDecodeError as exc:
         raise ProfileFormatError(
             f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).",
@@ -180,6 +180,9 @@ def load(path: str | os.PathLike[str]) -> Profile:
         ) from None
     except ValueError as exc:  # NaN or an infinity, which JSON does not have
         raise ProfileFormatError(f"{p}: {exc}.", "Every figure in a profile is a finite number; re-record it.") from None
+
+
+def _validated(p: Path, raw: bytes, doc: Any) -> Profile:
     digest = hashlib.sha256(raw).digest()
     if digest not in _VALID_BYTES:
         validate(doc, str(p))
@@ -187,20 +190,37 @@ def load(path: str | os.PathLike[str]) -> Profile:
     return Profile(doc=doc, path=str(p))
 
 
+def load(path: str | os.PathLike[str]) -> Profile:
+    """Load and validate one profile file."""
+    p = Path(path)
+    if not p.exists():
+        raise ProfileFormatError(f"{p}: no such profile file.", "Check the path, or record one with `srifty profile`.")
+    return _validated(p, *_read(p))
+
+
 def load_many(paths: Sequence[str | os.PathLike[str]]) -> list[Profile]:
-    """Load profile files, expanding directories to the ``*.json`` files below them."""
-    files: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():  # partial runs kept beside a complete profile are read only when named
-            found = sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")
-                           and not q.name.endswith(PARTIAL_SUFFIX))
-            if not found:
-                raise ProfileFormatError(f"{p}: directory holds no profile (*.json) files.")
-            files.extend(found)
-        else:
-            files.append(p)
-    return [load(f) for f in files]
+    """Load profile files, expanding directories to the profiles below them: their ``*.json``
+    files, but not hidden ones, not partial runs kept beside a complete profile (read only when
+    named) and not JSON that is no profile at all (no ``schema_version``: the emulated cluster's
+    calibration record, a note of the user's). A broken profile fails loudly wherever it is."""
+    out: list[Profile] = []
+    for raw_path in paths:
+        p = Path(raw_path)
+        if not p.is_dir():
+            out.append(load(p))
+            continue
+        found = []
+        for q in sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")
+                        and not q.name.endswith(PARTIAL_SUFFIX)):
+            raw, doc = _read(q)
+            if isinstance(doc, dict) and "schema_version" not in doc:
+                continue
+            found.append(_validated(q, raw, doc))
+        if not found:
+            raise ProfileFormatError(f"{p}: directory holds no profile (a *.json file written by `srifty profile` "
+                                     "or `srifty import`).", "Give the directory the profiles were written to.")
+        out.extend(found)
+    return out
 
 
 # ----- building profiles from worker records -------------------------------------------

@@ -14,7 +14,7 @@ from srifty import profile as profile_mod
 from srifty import report, stats
 from srifty.errors import ProfileFormatError
 
-from conftest import PROFILES
+from conftest import PROFILES, run_srifty
 
 SHIPPED = sorted((PROFILES / "local").glob("*.json"))
 
@@ -165,3 +165,27 @@ def test_load_many_expands_directories() -> None:
     assert len(loaded) == len(SHIPPED)
     with pytest.raises(ProfileFormatError, match="no such profile"):
         profile_mod.load_many([PROFILES / "local" / "missing.json"])
+
+
+def test_a_directory_s_other_json_is_skipped_and_a_named_one_refused(tmp_path: Path) -> None:
+    """A directory's JSON files that are no profile (no ``schema_version``: the emulated cluster's
+    calibration record beside its corpus) are skipped by every reader, the commands' and the
+    corpus's alike; named on its own, such a file is refused as no profile, and a directory with
+    nothing else holds no profile. A broken profile in a directory still fails."""
+    shipped = PROFILES / "emulated"
+    assert "schema_version" not in json.loads((shipped / "calibration.json").read_text())
+    loaded = profile_mod.load_many([shipped])
+    assert loaded and len(loaded) == len([q for q in shipped.rglob("*.json") if q.name != "calibration.json"])
+    shown = run_srifty("show", str(shipped), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)["profiles"]) == len(loaded)
+    with pytest.raises(ProfileFormatError, match=r"calibration\.json: not a srifty profile \(it has no `schema_version`"):
+        profile_mod.load(shipped / "calibration.json")
+    (tmp_path / "notes.json").write_text(json.dumps({"run": "mine"}))
+    with pytest.raises(ProfileFormatError, match="directory holds no profile"):
+        profile_mod.load_many([tmp_path])
+    profile_mod.save(_training_doc(), tmp_path / "p.json")
+    assert [q.path for q in profile_mod.load_many([tmp_path])] == [str(tmp_path / "p.json")]
+    (tmp_path / "broken.json").write_text(json.dumps({"schema_version": 2}))
+    with pytest.raises(ProfileFormatError, match=r"broken\.json: field"):
+        profile_mod.load_many([tmp_path])

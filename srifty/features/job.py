@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from srifty import profile as profile_mod
 from srifty.configspec import ClusterConfig, NodeGroup, from_placement, parse_config
 from srifty.errors import SriftyError
 from srifty.features.curve import ComputeCurve
@@ -398,38 +399,13 @@ def input_window_line(windows: Sequence[tuple[float, float]]) -> tuple[float, fl
 
 def load_job(path: str | Path) -> JobProfile:
     """One profile file, or a directory with one model's profiles (several instance types)."""
-    from srifty import profile as profile_mod
-
     return job_from_profiles(profile_mod.load_many([str(path)]))
-
-
-def _profile_files(paths: Sequence[str | Path]) -> list[Any]:
-    """Profiles under ``paths``; other JSON files in a corpus directory (calibration.json,
-    anything without a ``schema_version``) are skipped, a broken profile still fails loudly."""
-    import json
-
-    from srifty import profile as profile_mod
-
-    out = []
-    for raw in paths:
-        p = Path(raw)
-        if not p.is_dir():
-            out.extend(profile_mod.load_many([str(p)]))
-            continue
-        for f in sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")):
-            try:
-                head = json.loads(f.read_text())
-            except (OSError, ValueError):
-                head = {"schema_version": None}  # let the profile loader say what is wrong
-            if isinstance(head, dict) and "schema_version" in head:
-                out.append(profile_mod.load(f))
-    return out
 
 
 def load_corpus(paths: Sequence[str | Path]) -> list[JobProfile]:
     """Training profiles under ``paths`` grouped by model (collectives profiles are skipped)."""
     by_model: dict[str, list[Any]] = {}
-    for p in _profile_files(paths):
+    for p in profile_mod.load_many(list(paths)):
         if p.kind == "training":
             by_model.setdefault(p.model, []).append(p)
     jobs = [job_from_profiles(ps) for _, ps in sorted(by_model.items())]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from srifty.features.job import _profile_files
+from srifty import profile as profile_mod
 from srifty.features.links import mixed_ring_slowest_hosts
 
 
@@ -28,7 +28,7 @@ class CollectivePoint:
 def load_collectives(paths: Sequence[str | Path]) -> list[CollectivePoint]:
     """Allreduce sweeps across emulated hosts (``cluster.launcher == 'emulated'``, 2+ nodes)."""
     out = []
-    for p in _profile_files(paths):
+    for p in profile_mod.load_many(list(paths)):
         if p.kind != "collectives":
             continue
         cl = p.doc.get("cluster") or {}
@@ -69,7 +69,7 @@ def load_allreduce_rows(paths: Sequence[str | Path], min_bytes: float = 1 << 20)
     so is one of its), in a placement group where the profile says so; within a node no run
     crosses the network."""
     out = []
-    for p in _profile_files(paths):
+    for p in profile_mod.load_many(list(paths)):
         if p.kind != "collectives":
             continue
         cl = p.doc.get("cluster") or {}
