@@ -150,15 +150,37 @@ def test_powersgd_messages_follow_torch_s_own_rule(rank: int, min_rate: float) -
 
 
 def test_a_powersgd_state_is_read_and_any_other_is_not() -> None:
+    """PowerSGD's state gives the profile's settings; the hook is batched where it, or the hook it
+    wraps (DDP's fp16/bf16 compress wrappers, register_ddp_comm_hook's partial), is torch's batched
+    one, and a closure of the script's own is not looked into."""
+    import functools
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
 
+    from srifty.profiling.ddp_hooks import comm_hook_name, wrapped_hooks
     from srifty.profiling.powersgd import settings
 
+    def names(hook: object) -> list[str]:
+        return [comm_hook_name(h) for h in wrapped_hooks(hook)]
+
+    def scripts_own(inner: object) -> object:
+        def hook(state: object, bucket: object) -> object:
+            return inner(state, bucket)  # type: ignore[operator]
+        return hook
+
     state = PowerSGDState(process_group=None, matrix_approximation_rank=4, start_powerSGD_iter=500)
-    assert settings(state, "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.batched_powerSGD_hook") == {
+    assert settings(state, names(psgd.batched_powerSGD_hook)) == {
         "rank": 4, "min_compression_rate": 2.0, "start_iter": 500, "batched": True}
-    assert settings(state, "x.powerSGD_hook")["batched"] is False
-    assert settings(None, "x.powerSGD_hook") is None
+    fp16_batched = default_hooks.fp16_compress_wrapper(psgd.batched_powerSGD_hook)
+    assert comm_hook_name(fp16_batched).endswith("default_hooks.fp16_compress_wrapper.<locals>.fp16_compress_wrapper_hook")
+    assert settings(state, names(fp16_batched))["batched"] is True
+    assert settings(state, names(functools.partial(fp16_batched)))["batched"] is True
+    assert settings(state, names(default_hooks.bf16_compress_wrapper(psgd.powerSGD_hook)))["batched"] is False
+    assert names(scripts_own(psgd.batched_powerSGD_hook)) == [comm_hook_name(scripts_own(None))]
+    assert settings(state, names(psgd.powerSGD_hook))["batched"] is False
+    assert settings(None, names(psgd.powerSGD_hook)) is None
 
 
 def test_a_hung_powersgd_job_on_cpu_workers_is_told_of_gloo_s_deadlock() -> None:

@@ -173,15 +173,22 @@ class FeatureBuilder(WorkerCompute):
                               if recorded and self.job.bucket_messages else None)
         return self._buckets
 
+    def bucket_messages(self) -> list[tuple[float, ...]] | None:
+        """What a compressing hook (PowerSGD) sends for each of :meth:`buckets`, where the profile
+        recorded it for the buckets the simulator takes (None: the buckets themselves are sent)."""
+        self.buckets()
+        return self._messages
+
     def messages(self, buckets: list[float], fracs: Sequence[float] | None) -> tuple[list[float], Sequence[float] | None]:
         """The allreduces of ``buckets`` ready at ``fracs`` (None: evenly through backward): the
         buckets themselves, or where the profile recorded what the script's hook sends for each
         (PowerSGD: the uncompressed gradients, then the two factors), those messages in turn,
         each ready with its bucket."""
-        if self._messages is None or len(self._messages) != len(buckets):
+        recorded = self.bucket_messages()
+        if recorded is None or len(recorded) != len(buckets):
             return buckets, fracs
         ready = list(fracs) if fracs is not None else [(i + 1) / len(buckets) for i in range(len(buckets))]
-        sent = [(float(m), f) for sizes, f in zip(self._messages, ready) for m in sizes if m > 0]
+        sent = [(float(m), f) for sizes, f in zip(recorded, ready) for m in sizes if m > 0]
         return [m for m, _ in sent], [f for _, f in sent]
 
     def recorded_ready(self, layout: WorkerLayout) -> bool:
@@ -353,8 +360,8 @@ class FeatureBuilder(WorkerCompute):
                 notes.append(gradient_estimated_note(gb))
             if self.job.ddp_models > 1 and sum(wpn_all) > 1:
                 notes.append(several_models_note(self.job.model, self.job.ddp_models))
-            if self.job.powersgd and self._messages and sum(wpn_all) > 1:
-                notes.append(powersgd_note(self.job.model, self.job.powersgd, sum(map(sum, self._messages)), gb))
+            if self.job.powersgd and (sent := self.bucket_messages()) and sum(wpn_all) > 1:
+                notes.append(powersgd_note(self.job.model, self.job.powersgd, sum(map(sum, sent)), gb))
             elif not simulate.knows_hook(self.job.comm_hook) and sum(wpn_all) > 1:
                 notes.append(unknown_hook_note(self.job.model, self.job.comm_hook))
             if self.job.sharded_optimizer and sum(wpn_all) > 1:

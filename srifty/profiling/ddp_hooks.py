@@ -43,13 +43,34 @@ SHARDED_OPTIMIZERS = ("ZeroRedundancyOptimizer",)
 LAYOUT_LAYERS = (nn.RNNBase, nn.MultiheadAttention)
 
 
+# DDP's wrappers that cast a bucket to 16 bits around another hook (default_hooks.fp16_compress_wrapper,
+# bf16_compress_wrapper): the wrapped hook is the one function their closure holds
+COMPRESS_WRAPPERS = ("torch.distributed.algorithms.ddp_comm_hooks.default_hooks",
+                     ("fp16_compress_wrapper_hook", "bf16_compress_wrapper_hook"))
+
+
+def wrapped_hooks(hook: Any) -> list[Any]:
+    """``hook`` and the hooks it wraps, outermost first: the one ``register_ddp_comm_hook``'s
+    partial holds, and the one inside DDP's fp16/bf16 compress wrappers."""
+    chain = []
+    while hook is not None and len(chain) < 8:
+        chain.append(hook)
+        if isinstance(hook, functools.partial):
+            hook = hook.keywords.get("comm_hook") or hook.func
+        elif getattr(hook, "__module__", None) == COMPRESS_WRAPPERS[0] \
+                and getattr(hook, "__name__", None) in COMPRESS_WRAPPERS[1] and hook.__closure__:
+            inner = [c.cell_contents for c in hook.__closure__ if callable(c.cell_contents)]
+            hook = inner[0] if len(inner) == 1 else None
+        else:
+            hook = None
+    return chain
+
+
 def comm_hook_name(hook: Any) -> str:
     """A DDP communication hook as the profile names it (``job.comm_hook``): its module and
     qualified name, the hook inside where ``register_ddp_comm_hook`` wraps it in a partial."""
-    if isinstance(hook, functools.partial):
-        inner = hook.keywords.get("comm_hook")
-        return comm_hook_name(inner if inner is not None else hook.func)
-    return f"{getattr(hook, '__module__', None) or '?'}.{getattr(hook, '__qualname__', type(hook).__name__)}"
+    named = next((h for h in wrapped_hooks(hook) if not isinstance(h, functools.partial)), hook)
+    return f"{getattr(named, '__module__', None) or '?'}.{getattr(named, '__qualname__', type(named).__name__)}"
 
 
 def sequence_first_batch(module: Any, args: Any) -> int | None:

@@ -48,6 +48,7 @@ from srifty.profiling.ddp_hooks import (
     _ORIGINAL_REGISTER_COMM_HOOK,
     DdpHooks,
     comm_hook_name,
+    wrapped_hooks,
 )
 from srifty.profiling.modelmath import forward_flops, math_precision
 from srifty.profiling.recorder import STOP_KEY, STOP_MARGIN, ProfilingComplete, Recorder, WorkerSettings
@@ -104,7 +105,7 @@ def install(settings: WorkerSettings) -> Recorder:
     def register_comm_hook(self: DistributedDataParallel, state: Any, hook: Callable[..., Any]) -> Any:
         name = comm_hook_name(hook)
         script_hook(self, name)
-        compression = powersgd.settings(state, name)
+        compression = powersgd.settings(state, [comm_hook_name(h) for h in wrapped_hooks(hook)])
         if compression:
             recorder.model.setdefault("powersgd", compression)
         return _ORIGINAL_REGISTER_COMM_HOOK(self, state, recorder.timed_comm_hook(hook, compression))

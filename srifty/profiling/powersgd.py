@@ -23,16 +23,17 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDSt
 BATCHED_HOOK = "batched_powerSGD_hook"
 
 
-def settings(state: Any, hook_name: str) -> dict[str, Any] | None:
-    """The profile's ``job.powersgd`` block for a hook registered with ``state`` (None where the
-    state is not PowerSGD's)."""
+def settings(state: Any, hook_names: Sequence[str]) -> dict[str, Any] | None:
+    """The profile's ``job.powersgd`` block for a hook registered with ``state``, named
+    ``hook_names`` with the hooks it wraps (DDP's fp16 wrapper around the batched hook); None
+    where the state is not PowerSGD's."""
     if not isinstance(state, PowerSGDState):
         return None
     return {
         "rank": int(state.matrix_approximation_rank),
         "min_compression_rate": float(state.min_compression_rate),
         "start_iter": int(state.start_powerSGD_iter),
-        "batched": hook_name.endswith(BATCHED_HOOK),
+        "batched": any(name.endswith(BATCHED_HOOK) for name in hook_names),
     }
 
 
