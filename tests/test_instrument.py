@@ -204,3 +204,32 @@ def test_a_hung_powersgd_job_on_cpu_workers_is_told_of_gloo_s_deadlock() -> None
     assert "2 gradient buckets in flight" in advice(two) and "above its 16.6 MiB of gradients" in advice(two)
     for other in (advice(two[:1]), advice(two, "cuda")):
         assert "gloo" not in other and "another rank never joined" in other
+
+
+def test_an_exception_without_a_message_is_told_where_it_was_raised(tmp_path: Path) -> None:
+    """A rank that fails on a bare ``raise AssertionError`` (inside torch, reached from the script) is
+    told where: the innermost frame, from the installed package on, and the script's line that led
+    there; an exception with a message keeps its message alone."""
+    from srifty.profiling.diagnosis import worker_error
+    from srifty.profiling.request import ProfileRequest
+    from srifty.profiling.supervisor import RunOutcome
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    torch_file = "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py"
+    traceback = (
+        'Traceback (most recent call last):\n'
+        '  File "/work/srifty/profiling/worker.py", line 47, in main\n    runpy.run_path(script)\n'
+        f'  File "{script}", line 24, in <module>\n    loss.backward()\n'
+        f'  File "{torch_file}", line 808, in batched_powerSGD_hook\n    _orthogonalize(q)\n'
+        f'  File "{torch_file}", line 26, in _orthogonalize\n    raise AssertionError\nAssertionError\n')
+    outcome = RunOutcome([1, 1], None, 3.0, "")
+
+    def said(message: str) -> str:
+        error = {"type": "AssertionError", "message": message, "traceback": traceback}
+        return str(worker_error(ProfileRequest(script=str(script)), [(0, error)], outcome))
+
+    assert said("").startswith(
+        f"Rank 0 of {script} failed with AssertionError (no message), raised in _orthogonalize "
+        "(torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py:26), from line 24 of train.py.")
+    assert "failed with AssertionError: shapes differ. Fix the script" in said("shapes differ")

@@ -6,6 +6,7 @@ script that never completed an iteration (no forward through DDP, no backward, n
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,8 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
         rank, err = primary
         text = f"{err['type']}: {err['message']}".strip()
         first_line = text.splitlines()[0][:400] if text else err["type"]
+        if not str(err.get("message") or "").strip():  # a bare `raise AssertionError`: say where it was
+            first_line = f"{err['type']} (no message), {raised_at(err.get('traceback'), request.script)}".rstrip(", ")
         if any(w in text.lower() for w in oom_words):
             bs = request.batch_size
             return ProfilingFailed(
@@ -134,6 +137,27 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
         f"their records. Last lines of their output: {tail}",
         "Run the script under `torchrun` directly to see what fails.",
     )
+
+
+def _shown_path(file: str) -> str:
+    """A traceback's file as an error names it: inside an installed package, from the package on."""
+    _, sep, inside = file.rpartition("site-packages/")
+    return inside if sep else file
+
+
+def raised_at(traceback: str | None, script: str | None) -> str:
+    """Where an exception was raised, read off its ``traceback``: the innermost frame, and the line
+    of ``script`` that led there where that is another frame ('' where it names no frame)."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback or "")
+    if not frames:
+        return ""
+    file, line, function = frames[-1]
+    where = f"raised in {function} ({_shown_path(file)}:{line})"
+    own = [f for f in frames if script and Path(f[0]).name == Path(script).name
+           and Path(f[0]).resolve() == Path(script).resolve()]
+    if own and own[-1] != frames[-1]:
+        where += f", from line {own[-1][1]} of {Path(script).name}"
+    return where
 
 
 def powersgd_on_gloo(doc: dict[str, Any]) -> str | None:
