@@ -493,6 +493,21 @@ def test_script_that_trains_without_ddp_is_told_what_srifty_predicts(tmp_path: P
     no_orphans(str(SCRIPTS / "data_parallel.py"))
 
 
+def test_a_script_that_spawns_its_own_workers_is_told_the_change_that_runs_it(tmp_path: Path, no_orphans) -> None:
+    """PyTorch's DDP tutorial starts its workers with torch.multiprocessing.spawn; under torchrun
+    they would set up a process group of their own and hang until the start-up timeout. The
+    spawn fails at once instead, and the error names the change; the script so changed profiles."""
+    script = str(SCRIPTS / "spawns_workers.py")
+    res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "spawn.json"))
+    _assert_clean_error(res, "starts its own workers with torch.multiprocessing.spawn(demo_basic, nprocs=2)",
+                        "call demo_basic once in place of the spawn")
+    no_orphans(script)
+    out = tmp_path / "torchrun.json"
+    res = run_srifty("profile", script, *QUICK, "--out", str(out), "--", "torchrun")
+    assert res.returncode == 0, res.stderr
+    assert profile_mod.load(out).doc["job"]["param_count"] == 10 * 10 + 10 + 10 * 5 + 5
+
+
 def test_worker_crash_keeps_partial_profile_beside_a_complete_one(tmp_path: Path, no_orphans) -> None:
     """The crashed run's records are kept, marked partial; the complete profile already at --out
     (an earlier good run) is not replaced by them but kept, the partial one beside it."""

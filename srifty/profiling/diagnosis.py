@@ -88,6 +88,10 @@ def other_parallelism(script: str | None) -> str | None:
     return next((name for word, name in OTHER_PARALLELISM if word in source), None)
 
 
+# the exception a worker raises where the script calls torch.multiprocessing.spawn
+# (srifty.profiling.instrument.ScriptStartsItsOwnWorkers)
+OWN_WORKERS = "ScriptStartsItsOwnWorkers"
+
 # what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them
 NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are available", "nccl built in",
                 "processgroupnccl is only supported with gpus", "cuda driver initialization failed")
@@ -99,6 +103,18 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
     primary = next((e for e in errors if not any(w in e[1]["message"].lower() for w in peer_words)), errors[0] if errors else None)
     oom_words = ("out of memory", "can't allocate memory", "cannot allocate memory", "outofmemoryerror", "defaultcpuallocator")
     killed = [c for c in outcome.returncodes if c is not None and c in (-9, 137)]
+    if primary is not None and primary[1]["type"] == OWN_WORKERS:
+        call = primary[1]["message"]
+        worker = (re.findall(r"\((\w+)", call) or ["the worker function"])[0]
+        return ProfilingFailed(
+            f"{script} starts its own workers with {call}, as PyTorch's DDP tutorial does; srifty runs it under "
+            "torchrun, as a recommended plan does across nodes, and torchrun has started the workers already "
+            "(spawned again, they would set up a process group of their own and hang).",
+            f"Where torchrun started the script (\"LOCAL_RANK\" in os.environ), call {worker} once in place of the "
+            "spawn, with int(os.environ[\"RANK\"]) and int(os.environ[\"WORLD_SIZE\"]), and set no MASTER_ADDR "
+            "or MASTER_PORT there: dist.init_process_group(backend) reads them from torchrun "
+            "(docs/profiling.md, *A script that starts its own workers*).",
+        )
     if primary is not None:
         rank, err = primary
         text = f"{err['type']}: {err['message']}".strip()
