@@ -508,6 +508,19 @@ def test_a_script_that_spawns_its_own_workers_is_told_the_change_that_runs_it(tm
     assert profile_mod.load(out).doc["job"]["param_count"] == 10 * 10 + 10 + 10 * 5 + 5
 
 
+def test_a_script_s_refused_arguments_are_shown_with_where_they_go(tmp_path: Path) -> None:
+    """A script whose argparse refuses its command line exits with status 2, which alone says
+    nothing: the error shows what argparse refused, how to pass the script's arguments, and,
+    where it asks for --local_rank, that torchrun gives the rank in the environment."""
+    script = str(SCRIPTS / "needs_args.py")
+    res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "args.json"))
+    _assert_clean_error(res, "stopped at its command line: needs_args.py: error: the following arguments are "
+                        "required: --data, --local_rank.", "after `--`", "LOCAL_RANK environment variable")
+    res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "args.json"), "--", "--local_rank", "0")
+    _assert_clean_error(res, "are required: --data.", "after `--`")
+    assert "LOCAL_RANK" not in res.stderr
+
+
 def test_worker_crash_keeps_partial_profile_beside_a_complete_one(tmp_path: Path, no_orphans) -> None:
     """The crashed run's records are kept, marked partial; the complete profile already at --out
     (an earlier good run) is not replaced by them but kept, the partial one beside it."""

@@ -115,6 +115,15 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
             "or MASTER_PORT there: dist.init_process_group(backend) reads them from torchrun "
             "(docs/profiling.md, *A script that starts its own workers*).",
         )
+    if primary is not None and primary[1]["type"] == "SystemExit" and ": error: " in primary[1]["message"]:
+        refused = primary[1]["message"].splitlines()[0][:400]
+        launch = ("; torchrun gives each worker its rank in the LOCAL_RANK environment variable, not as a "
+                  "--local_rank argument (torch.distributed.launch's), so let the script read "
+                  "os.environ[\"LOCAL_RANK\"]" if "local_rank" in refused.replace("-", "_") else "")
+        return ProfilingFailed(
+            f"The workers of {script} stopped at its command line: {sentence(refused)}",
+            f"Give the script's own arguments after `--`: srifty profile SCRIPT [OPTIONS] -- SCRIPT_ARGS{launch}.",
+        )
     if primary is not None:
         rank, err = primary
         text = f"{err['type']}: {err['message']}".strip()

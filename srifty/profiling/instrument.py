@@ -10,7 +10,8 @@ recorder hooks into:
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls): backward wall time;
 - the global optimizer step pre/post hooks: optimizer time;
 - ``torch.multiprocessing.spawn`` and ``start_processes``, which raise at once: torchrun has
-  started the workers already (srifty.profiling.diagnosis says what to change).
+  started the workers already (srifty.profiling.diagnosis says what to change);
+- ``argparse.ArgumentParser.error``: what the script's arguments lacked, for the error.
 
 An iteration runs from one DDP forward call to the next forward call that follows an
 optimizer step, so gradient accumulation (several forwards per step) is one iteration.
@@ -132,7 +133,17 @@ def install(settings: WorkerSettings) -> Recorder:
         script_hook(self, f"builtin:{getattr(comm_hook_type, 'name', comm_hook_type)}")
         return _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK(self, comm_hook_type)
 
+    import argparse
+
     import torch.multiprocessing as torch_mp
+
+    original_usage_error = argparse.ArgumentParser.error
+
+    def usage_error(parser: argparse.ArgumentParser, message: str) -> Any:
+        recorder.usage_error = f"{parser.prog}: error: {message}"
+        return original_usage_error(parser, message)
+
+    argparse.ArgumentParser.error = usage_error  # type: ignore[method-assign]
 
     torch_mp.spawn = refuse_own_workers(torch_mp.spawn)
     torch_mp.start_processes = refuse_own_workers(torch_mp.start_processes)

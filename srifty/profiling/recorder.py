@@ -110,6 +110,7 @@ class Recorder:
         self.explicit = False
         self.stop_reason: str | None = None
         self.error: dict[str, Any] | None = None
+        self.usage_error: str | None = None  # what the script's argparse refused, before it exits
         self.stop_at: int | None = None
         self.measure_started_host: float | None = None
         self.current_rel_ci: float | None = None
@@ -376,7 +377,8 @@ class Recorder:
     def record_error(self, exc: BaseException) -> None:
         self.error = {
             "type": type(exc).__name__,
-            "message": str(exc)[:4000],
+            # an argparse exit's status alone says nothing: what argparse printed says what was refused
+            "message": (self.usage_error if isinstance(exc, SystemExit) and self.usage_error else str(exc))[:4000],
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
         }
         self._dirty = True
