@@ -233,3 +233,62 @@ def test_an_exception_without_a_message_is_told_where_it_was_raised(tmp_path: Pa
         f"Rank 0 of {script} failed with AssertionError (no message), raised in _orthogonalize "
         "(torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py:26), from line 24 of train.py.")
     assert "failed with AssertionError: shapes differ. Fix the script" in said("shapes differ")
+
+
+def test_only_this_run_s_workers_on_this_machine_are_asked_where_they_wait(tmp_path: Path) -> None:
+    """A hung run's workers are asked for their stacks (SIGUSR1, which ends a process that did not
+    arm it): never a process the run did not start, a record of another machine, or a worker whose
+    script took the signal for itself; a worker that armed it writes every thread's stack, and the
+    thread running the script says where it waits."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from srifty.profiling import stacks
+
+    here = socket.gethostname()
+    bystander = subprocess.Popen(["sleep", "30"])
+    # a stand-in worker: armed as srifty's worker arms it, then waiting in a function of its script
+    script = tmp_path / "train.py"
+    script.write_text("import time\n\ndef wait_for_peer():\n    time.sleep(30)\n\nwait_for_peer()\n")
+    worker_frame = tmp_path / "srifty" / "profiling" / "worker.py"
+    worker_frame.parent.mkdir(parents=True)
+    worker_frame.write_text(f"import runpy, sys\nfrom srifty.profiling import stacks\nstacks.arm(sys.argv[1], 0)\n"
+                            f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
+    worker = subprocess.Popen([sys.executable, str(worker_frame), str(tmp_path)],
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while not stacks.stack_path(tmp_path, 0).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        records = [{"rank": 0, "pid": worker.pid, "hostname": here, "stack_signal": True},
+                   {"rank": 1, "pid": bystander.pid, "hostname": here, "stack_signal": True},  # not the run's
+                   {"rank": 2, "pid": bystander.pid, "hostname": "elsewhere", "stack_signal": True},
+                   {"rank": 3, "pid": bystander.pid, "hostname": here, "stack_signal": False}]
+        said = stacks.where_waiting(str(tmp_path), records, {worker.pid}, str(script), wait_s=1.0)
+        assert said == "rank 0 was waiting in wait_for_peer (train.py:4)"
+        assert bystander.poll() is None and worker.poll() is None  # both still alive
+        # another machine's record, whatever its pid, and a worker whose script took the signal for itself
+        assert stacks.where_waiting(str(tmp_path), records[2:], {bystander.pid}, str(script), wait_s=0) == ""
+        time.sleep(0.5)
+        assert bystander.poll() is None
+    finally:
+        for p in (bystander, worker):
+            p.kill()
+            p.wait()
+
+
+def test_a_run_that_hangs_at_start_up_says_where_it_waits() -> None:
+    from srifty.profiling.diagnosis import diagnose_failure
+    from srifty.profiling.request import ProfileRequest
+    from srifty.profiling.supervisor import RunOutcome
+
+    doc = {"measurement": {"iterations_recorded": 0}, "cluster": {"device": "cpu"}, "job": {}}
+    where = "rank 0 was waiting in _create_c10d_store (torch/distributed/rendezvous.py:190), from line 11 of t.py"
+    failure = diagnose_failure(ProfileRequest(script="t.py"), [{"rank": 0}],
+                               RunOutcome([None], "hung", 181.0, "", hung_at=where), doc)
+    assert str(failure).startswith(f"t.py made no training iteration within 180 s of starting ({where}); ")

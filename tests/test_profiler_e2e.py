@@ -540,10 +540,14 @@ def test_worker_crash_keeps_partial_profile_beside_a_complete_one(tmp_path: Path
 
 
 def test_hung_worker_is_stopped(tmp_path: Path, no_orphans) -> None:
+    """A rank that stops training hangs the other in its allreduce: the run is stopped, what was
+    measured is kept, and the error says where each rank was waiting."""
     out = tmp_path / "hang.json"
     res = run_srifty("profile", str(SCRIPTS / "hang_rank1.py"), "--nproc", "2", "--max-seconds", "60",
                      "--min-iterations", "1000", "--hang-timeout", "4", "--out", str(out))
-    _assert_clean_error(res, "hung")
+    # where each rank waited: rank 1 asleep in the script, rank 0 in backward, for the allreduce
+    _assert_clean_error(res, "hung", "(rank 0 was waiting in _engine_run_backward (torch/autograd/graph.py:",
+                        "), from line 7 of hang_rank1.py; rank 1 was waiting in <module> (hang_rank1.py:10))")
     doc = profile_mod.load(out).doc
     assert doc["status"] == "partial" and doc["stop_reason"] == "hung"
     assert len(doc["ranks"][0]["iterations"]) >= 20

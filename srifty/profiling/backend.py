@@ -17,6 +17,7 @@ from typing import Any
 
 from srifty import hostinfo, profile
 from srifty.errors import ProfilingFailed
+from srifty.profiling import stacks
 from srifty.profiling.diagnosis import diagnose_failure
 from srifty.profiling.document import training_doc
 from srifty.profiling.request import LaunchPlan, ProfileRequest, ProgressFn
@@ -92,7 +93,10 @@ class ProfilingBackend(ABC):
             }
 
         hard_limit = request.startup_timeout + request.max_seconds + request.hang_timeout
-        outcome = supervisor.run(poll, request.startup_timeout, request.hang_timeout, hard_limit, progress)
+        def on_hang(started: set[int]) -> str:
+            return stacks.where_waiting(run_dir, read_rank_records(run_dir), started, request.script)
+
+        outcome = supervisor.run(poll, request.startup_timeout, request.hang_timeout, hard_limit, progress, on_hang)
         ranks = read_rank_records(run_dir)
         doc = training_doc(request, ranks, outcome, self.cluster_block)
         failure = diagnose_failure(request, ranks, outcome, doc)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from srifty.errors import ProfilingFailed, sentence
+from srifty.profiling import stacks
 from srifty.profiling.request import ProfileRequest
 from srifty.profiling.supervisor import RunOutcome
 
@@ -25,16 +26,17 @@ def diagnose_failure(
         failure.exit_code = 128 + outcome.signum
         return failure
     if outcome.reason == "hung":
+        waiting = f" ({outcome.hung_at})" if outcome.hung_at else ""
         if measured == 0:
             return ProfilingFailed(
-                f"{script} made no training iteration within {request.startup_timeout:.0f} s of starting; "
+                f"{script} made no training iteration within {request.startup_timeout:.0f} s of starting{waiting}; "
                 "the workers were stopped.",
                 "A worker may be stuck (waiting for a peer, a dead data loader, a deadlock) or start-up is slow: "
                 "check the script with `torchrun` directly, or raise --startup-timeout.",
             )
         return ProfilingFailed(
             f"{script} stopped making progress after {measured} iterations: no iteration finished for "
-            f"{request.hang_timeout:.0f} s, so srifty took the workers to be hung and stopped them.",
+            f"{request.hang_timeout:.0f} s{waiting}, so srifty took the workers to be hung and stopped them.",
             powersgd_on_gloo(doc) or "A worker may be stuck in a collective that another rank never joined; raise "
             "--hang-timeout if iterations are really that slow.",
         )
@@ -164,25 +166,11 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
     )
 
 
-def _shown_path(file: str) -> str:
-    """A traceback's file as an error names it: inside an installed package, from the package on."""
-    _, sep, inside = file.rpartition("site-packages/")
-    return inside if sep else file
-
-
 def raised_at(traceback: str | None, script: str | None) -> str:
     """Where an exception was raised, read off its ``traceback``: the innermost frame, and the line
     of ``script`` that led there where that is another frame ('' where it names no frame)."""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback or "")
-    if not frames:
-        return ""
-    file, line, function = frames[-1]
-    where = f"raised in {function} ({_shown_path(file)}:{line})"
-    own = [f for f in frames if script and Path(f[0]).name == Path(script).name
-           and Path(f[0]).resolve() == Path(script).resolve()]
-    if own and own[-1] != frames[-1]:
-        where += f", from line {own[-1][1]} of {Path(script).name}"
-    return where
+    return f"raised in {stacks.place(frames[::-1], script)}" if frames else ""
 
 
 def powersgd_on_gloo(doc: dict[str, Any]) -> str | None:

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from srifty import stats
 from srifty.profile import COUNTED_ITERATION, FIRST_TIMED_ITERATION
+from srifty.profiling import stacks
 from srifty.profiling.ddp_hooks import DdpHooks
 from srifty.profiling.request import MAX_ITERATIONS, MAX_SECONDS, MIN_ITERATIONS, TARGET_REL_CI
 from srifty.profiling.modelmath import _FlopCount
@@ -329,6 +330,7 @@ class Recorder:
             "hostname": socket.gethostname(),
             "host_label": self.settings.host_label,
             "pid": os.getpid(),
+            "stack_signal": stacks.armed(),  # whether asking for this worker's stacks is safe
             "iterations": iterations,
             "model": self.model,
             "bucket_layout": self.bucket_layout,

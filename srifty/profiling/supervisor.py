@@ -31,6 +31,7 @@ class RunOutcome:
     wall_seconds: float
     log_tail: str
     signum: int = int(signal.SIGINT)  # reason "interrupted": the signal that did it (SIGTERM/SIGHUP: Terminated)
+    hung_at: str = ""  # reason "hung": where the workers were waiting (srifty.profiling.stacks), where known
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -97,14 +98,18 @@ class Supervisor:
         hang_timeout: float,
         hard_limit: float,
         progress: ProgressFn | None = None,
+        on_hang: Callable[[set[int]], str] | None = None,
     ) -> RunOutcome:
-        """Run until all processes exit. ``poll`` returns {'iterations': n, 'done': bool}.
+        """Run until all processes exit. ``poll`` returns {'iterations': n, 'done': bool};
+        ``on_hang``, given the processes the run started, says where a hung run's workers wait
+        (called before they are stopped).
 
         Call it in the thread that should own the processes: they are armed to stop when that
         thread ends, and a watchdog stops them if srifty is killed before its clean-up runs."""
         t0 = time.monotonic()
         reason: str | None = None
         signum = int(signal.SIGINT)
+        hung_at = ""
         last_count, last_change = -1, t0
         watchdog = Watchdog(self.run_id)
         try:
@@ -130,11 +135,11 @@ class Supervisor:
                 if now - t0 > hard_limit:
                     reason = "time_cap"
                     break
-                if count <= 0 and now - t0 > startup_timeout:
+                if (now - t0 > startup_timeout) if count <= 0 else (now - last_change > hang_timeout):
                     reason = "hung"
-                    break
-                if count > 0 and now - last_change > hang_timeout:
-                    reason = "hung"
+                    if on_hang is not None:
+                        self._track_children()
+                        hung_at = on_hang(set(self.seen_pids))
                     break
                 time.sleep(0.25)
         except KeyboardInterrupt as exc:
@@ -165,5 +170,5 @@ class Supervisor:
             tail = Path(self.log_path).read_text(errors="replace")[-6000:]
         except OSError:
             pass
-        return RunOutcome([p.returncode for p in self.procs], reason, time.monotonic() - t0, tail, signum)
+        return RunOutcome([p.returncode for p in self.procs], reason, time.monotonic() - t0, tail, signum, hung_at)
 

@@ -13,7 +13,7 @@ import runpy
 import signal
 import sys
 
-from srifty.profiling import instrument, parentwatch
+from srifty.profiling import instrument, parentwatch, stacks
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     script, script_args = argv[0], argv[1:]
     settings = instrument.WorkerSettings.from_env()
     recorder = instrument.install(settings)
+    stacks.arm(settings.out_dir, settings.rank)  # where it waits, should the run hang
     signal.signal(signal.SIGTERM, _on_sigterm)
     # torchrun starts each rank in a session of its own: should torchrun be killed outright, the
     # rank gets SIGTERM (flush, exit) rather than training on, orphaned
