@@ -292,3 +292,20 @@ def test_a_run_that_hangs_at_start_up_says_where_it_waits() -> None:
     failure = diagnose_failure(ProfileRequest(script="t.py"), [{"rank": 0}],
                                RunOutcome([None], "hung", 181.0, "", hung_at=where), doc)
     assert str(failure).startswith(f"t.py made no training iteration within 180 s of starting ({where}); ")
+
+
+def test_a_rendezvous_of_the_script_s_own_is_told_apart_from_torchrun_s() -> None:
+    """Under torchrun (its workers join its store) a MASTER_PORT or a tcp:// init_method at another
+    port than torchrun's is the script's own; torchrun's port, env://, or a run not under torchrun's
+    store is not."""
+    from srifty.profiling.selflaunch import own_rendezvous
+
+    env = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": "29500"}
+    assert own_rendezvous("29500", None, env) is None
+    assert own_rendezvous("29500", "env://", env) is None
+    assert own_rendezvous("29500", "tcp://127.0.0.1:29500", env) is None
+    assert own_rendezvous("29500", "tcp://10.0.0.1:23456", env) == \
+        "init_method='tcp://10.0.0.1:23456', where torchrun's port is 29500"
+    assert own_rendezvous("29500", None, {**env, "MASTER_PORT": "12355"}) == "MASTER_PORT=12355, where torchrun's is 29500"
+    assert own_rendezvous("29500", "tcp://10.0.0.1:23456", {"MASTER_PORT": "12355"}) is None
+    assert own_rendezvous(None, None, {**env, "MASTER_PORT": "12355"}) is None

@@ -493,19 +493,27 @@ def test_script_that_trains_without_ddp_is_told_what_srifty_predicts(tmp_path: P
     no_orphans(str(SCRIPTS / "data_parallel.py"))
 
 
-def test_a_script_that_spawns_its_own_workers_is_told_the_change_that_runs_it(tmp_path: Path, no_orphans) -> None:
-    """PyTorch's DDP tutorial starts its workers with torch.multiprocessing.spawn; under torchrun
-    they would set up a process group of their own and hang until the start-up timeout. The
-    spawn fails at once instead, and the error names the change; the script so changed profiles."""
+@pytest.mark.parametrize("mode, did", [
+    ("spawn", "starts its own workers with torch.multiprocessing.spawn(demo_basic, nprocs=2)"),
+    ("own-port", "sets a rendezvous of its own (MASTER_PORT=12355, where torchrun's is "),
+    ("alone", "sets up a process group of its own: rank 0 of 1, where torchrun started this worker as rank "),
+])
+def test_a_script_that_launches_itself_is_told_the_change_that_runs_it(
+        tmp_path: Path, no_orphans, mode: str, did: str) -> None:
+    """PyTorch's DDP tutorial starts its workers with torch.multiprocessing.spawn and sets their
+    rendezvous itself: under torchrun the workers would hang until the start-up timeout, or, given a
+    world of one, each train alone while the profile timed allreduces that never left it. Each
+    fails at once instead, and the error names what to change; the script so changed profiles."""
     script = str(SCRIPTS / "spawns_workers.py")
-    res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "spawn.json"))
-    _assert_clean_error(res, "starts its own workers with torch.multiprocessing.spawn(demo_basic, nprocs=2)",
-                        "call demo_basic once in place of the spawn")
+    res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "spawn.json"), "--", mode)
+    _assert_clean_error(res, did, "no rendezvous of its own (MASTER_ADDR, MASTER_PORT, a tcp:// init_method)",
+                        *(["call demo_basic once in place of the spawn"] if mode == "spawn" else []))
     no_orphans(script)
-    out = tmp_path / "torchrun.json"
-    res = run_srifty("profile", script, *QUICK, "--out", str(out), "--", "torchrun")
-    assert res.returncode == 0, res.stderr
-    assert profile_mod.load(out).doc["job"]["param_count"] == 10 * 10 + 10 + 10 * 5 + 5
+    if mode == "spawn":
+        out = tmp_path / "torchrun.json"
+        res = run_srifty("profile", script, *QUICK, "--out", str(out), "--", "torchrun")
+        assert res.returncode == 0, res.stderr
+        assert profile_mod.load(out).doc["job"]["param_count"] == 10 * 10 + 10 + 10 * 5 + 5
 
 
 def test_a_script_s_refused_arguments_are_shown_with_where_they_go(tmp_path: Path) -> None:

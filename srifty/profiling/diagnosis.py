@@ -90,9 +90,38 @@ def other_parallelism(script: str | None) -> str | None:
     return next((name for word, name in OTHER_PARALLELISM if word in source), None)
 
 
-# the exception a worker raises where the script calls torch.multiprocessing.spawn
-# (srifty.profiling.instrument.ScriptStartsItsOwnWorkers)
-OWN_WORKERS = "ScriptStartsItsOwnWorkers"
+# what a rank's error is called where the script launches itself as torchrun has
+# (srifty.profiling.selflaunch), and what to change
+UNDER_TORCHRUN = "Where torchrun started the script (\"LOCAL_RANK\" in os.environ)"
+TORCHRUN_RENDEZVOUS = ("give init_process_group no rendezvous of its own (MASTER_ADDR, MASTER_PORT, a tcp:// "
+                       "init_method) and no rank or world size but torchrun's: dist.init_process_group(backend) "
+                       "reads them all from torchrun (docs/profiling.md, *A script that starts its own workers*)")
+SELF_LAUNCH = {
+    "ScriptStartsItsOwnWorkers": "starts its own workers with {message}, as PyTorch's DDP tutorial does",
+    "ScriptSetsItsOwnRendezvous": "sets a rendezvous of its own ({message})",
+    "ScriptSetsItsOwnWorld": "sets up a process group of its own: {message}",
+}
+
+
+def self_launch(script: str, err: dict[str, Any]) -> ProfilingFailed:
+    """The error for a script that launches itself where torchrun has (``err``: the rank's)."""
+    did = SELF_LAUNCH[err["type"]].format(message=err["message"])
+    if err["type"] == "ScriptStartsItsOwnWorkers":
+        worker = (re.findall(r"\((\w+)", err["message"]) or ["the worker function"])[0]
+        return ProfilingFailed(
+            f"{script} {did}; srifty runs it under torchrun, as a recommended plan does across nodes, and "
+            "torchrun has started the workers already (spawned again, they would set up a process group of "
+            "their own and hang).",
+            f"{UNDER_TORCHRUN}, call {worker} once in place of the spawn, with int(os.environ[\"RANK\"]) and "
+            f"int(os.environ[\"WORLD_SIZE\"]), and {TORCHRUN_RENDEZVOUS}.",
+        )
+    consequence = ("its workers would wait for a rendezvous server nobody runs there" if "Rendezvous" in err["type"]
+                   else "each worker would train alone, and the profile would time allreduces that never left it")
+    return ProfilingFailed(
+        f"{script} {did}; srifty runs it under torchrun, as a recommended plan does across nodes, where {consequence}.",
+        f"{UNDER_TORCHRUN}, {TORCHRUN_RENDEZVOUS}.",
+    )
+
 
 # what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them
 NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are available", "nccl built in",
@@ -105,18 +134,8 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
     primary = next((e for e in errors if not any(w in e[1]["message"].lower() for w in peer_words)), errors[0] if errors else None)
     oom_words = ("out of memory", "can't allocate memory", "cannot allocate memory", "outofmemoryerror", "defaultcpuallocator")
     killed = [c for c in outcome.returncodes if c is not None and c in (-9, 137)]
-    if primary is not None and primary[1]["type"] == OWN_WORKERS:
-        call = primary[1]["message"]
-        worker = (re.findall(r"\((\w+)", call) or ["the worker function"])[0]
-        return ProfilingFailed(
-            f"{script} starts its own workers with {call}, as PyTorch's DDP tutorial does; srifty runs it under "
-            "torchrun, as a recommended plan does across nodes, and torchrun has started the workers already "
-            "(spawned again, they would set up a process group of their own and hang).",
-            f"Where torchrun started the script (\"LOCAL_RANK\" in os.environ), call {worker} once in place of the "
-            "spawn, with int(os.environ[\"RANK\"]) and int(os.environ[\"WORLD_SIZE\"]), and set no MASTER_ADDR "
-            "or MASTER_PORT there: dist.init_process_group(backend) reads them from torchrun "
-            "(docs/profiling.md, *A script that starts its own workers*).",
-        )
+    if primary is not None and primary[1]["type"] in SELF_LAUNCH:
+        return self_launch(script, primary[1])
     if primary is not None and primary[1]["type"] == "SystemExit" and ": error: " in primary[1]["message"]:
         refused = primary[1]["message"].splitlines()[0][:400]
         launch = ("; torchrun gives each worker its rank in the LOCAL_RANK environment variable, not as a "

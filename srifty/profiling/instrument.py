@@ -9,8 +9,8 @@ recorder hooks into:
   that wraps DDP's own allreduce (or the user's hook) to time each gradient bucket;
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls): backward wall time;
 - the global optimizer step pre/post hooks: optimizer time;
-- ``torch.multiprocessing.spawn`` and ``start_processes``, which raise at once: torchrun has
-  started the workers already (srifty.profiling.diagnosis says what to change);
+- what a script does to launch itself, which torchrun has done (``selflaunch``: spawning its
+  own workers, a rendezvous or a world of its own), which raises at once;
 - ``argparse.ArgumentParser.error``: what the script's arguments lacked, for the error.
 
 An iteration runs from one DDP forward call to the next forward call that follows an
@@ -36,6 +36,7 @@ the parts live in:
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any, Callable
 
@@ -44,7 +45,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-from srifty.profiling import powersgd
+from srifty.profiling import powersgd, selflaunch
 from srifty.profiling.ddp_hooks import (
     _ORIGINAL_DDP_INIT,
     _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK,
@@ -86,22 +87,6 @@ def sync_batchnorm_check(self: DistributedDataParallel, module: nn.Module) -> No
         _ORIGINAL_SYNC_BATCHNORM_CHECK(self, module)
 
 
-class ScriptStartsItsOwnWorkers(RuntimeError):
-    """The script calls torch.multiprocessing.spawn in a worker torchrun has started already
-    (srifty.profiling.diagnosis names the change that makes it a torchrun script)."""
-
-
-def refuse_own_workers(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.multiprocessing.spawn`` (or ``start_processes``) made to raise at once: under
-    torchrun its workers would set up a process group of their own beside torchrun's and hang."""
-
-    def own_workers(fn: Callable[..., Any], args: Any = (), nprocs: int = 1, *rest: Any, **kwargs: Any) -> Any:
-        raise ScriptStartsItsOwnWorkers(
-            f"torch.multiprocessing.{original.__name__}({getattr(fn, '__name__', 'fn')}, nprocs={nprocs})")
-
-    return own_workers
-
-
 def install(settings: WorkerSettings) -> Recorder:
     """Patch DDP, autograd and the optimizer so that ``settings``' recorder sees them."""
     global _ACTIVE
@@ -133,10 +118,7 @@ def install(settings: WorkerSettings) -> Recorder:
         script_hook(self, f"builtin:{getattr(comm_hook_type, 'name', comm_hook_type)}")
         return _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK(self, comm_hook_type)
 
-    import argparse
-
-    import torch.multiprocessing as torch_mp
-
+    selflaunch.guard(settings)
     original_usage_error = argparse.ArgumentParser.error
 
     def usage_error(parser: argparse.ArgumentParser, message: str) -> Any:
@@ -145,8 +127,6 @@ def install(settings: WorkerSettings) -> Recorder:
 
     argparse.ArgumentParser.error = usage_error  # type: ignore[method-assign]
 
-    torch_mp.spawn = refuse_own_workers(torch_mp.spawn)
-    torch_mp.start_processes = refuse_own_workers(torch_mp.start_processes)
     nn.SyncBatchNorm.forward = sync_batchnorm_forward  # type: ignore[method-assign]
     if _ORIGINAL_SYNC_BATCHNORM_CHECK is not None:
         DistributedDataParallel._passing_sync_batchnorm_handle = sync_batchnorm_check  # type: ignore[method-assign]
