@@ -309,3 +309,21 @@ def test_a_rendezvous_of_the_script_s_own_is_told_apart_from_torchrun_s() -> Non
     assert own_rendezvous("29500", None, {**env, "MASTER_PORT": "12355"}) == "MASTER_PORT=12355, where torchrun's is 29500"
     assert own_rendezvous("29500", "tcp://10.0.0.1:23456", {"MASTER_PORT": "12355"}) is None
     assert own_rendezvous(None, None, {**env, "MASTER_PORT": "12355"}) is None
+
+
+def test_workers_that_share_a_gpu_are_told_to_take_their_local_rank_s() -> None:
+    """NCCL refuses two ranks on one GPU (a script that reads a --local_rank argument torchrun never
+    passes puts every worker on GPU 0): the error quotes NCCL's line and says which GPU each takes."""
+    from srifty.profiling.diagnosis import worker_error
+    from srifty.profiling.request import ProfileRequest
+    from srifty.profiling.supervisor import RunOutcome
+
+    # a message of the form ProcessGroupNCCL gives for it, as a rank records it
+    message = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, invalid usage "
+               "(run with NCCL_DEBUG=WARN for details), NCCL version 2.27.3\nncclInvalidUsage: This usually reflects "
+               "invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 1 and rank 0 both on "
+               "CUDA device 1b000")
+    errors = [(1, {"type": "DistBackendError", "message": message, "traceback": ""})]
+    said = str(worker_error(ProfileRequest(script="train.py"), errors, RunOutcome([1, 1], None, 4.0, "")))
+    assert said.startswith("Workers of train.py share a GPU, which NCCL refuses: Duplicate GPU detected : rank 1 "
+                           "and rank 0 both on CUDA device 1b000. Let each worker take the GPU of its LOCAL_RANK")

@@ -1,6 +1,8 @@
 """Why a profiling run failed, in words a user can act on: interrupted, hung at start-up or
-mid-run, past the time cap, a rank's exception (out of memory, a GPU or NCCL the machine lacks, or
-the first error that is not a peer's dropped connection), a worker killed by the kernel, or a
+mid-run (and where each rank waited), past the time cap, a rank's exception (out of memory, a GPU
+or NCCL the machine lacks, workers sharing a GPU, a script that launches itself where torchrun has,
+a command line the script's argparse refused, or the first error that is not a peer's dropped
+connection, with where it was raised when it has no message), a worker killed by the kernel, or a
 script that never completed an iteration (no forward through DDP, no backward, no optimizer step).
 """
 
@@ -157,6 +159,15 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
                 f"Rank {rank} of {script} ran out of memory{f' at --batch-size {bs}' if bs else ''}: {first_line}",
                 "The per-worker batch does not fit: try a smaller --batch-size (srifty passes it as SRIFTY_BATCH_SIZE), "
                 "or fewer workers per machine with --nproc.",
+            )
+        shared = next((line.strip() for line in text.splitlines() if "duplicate gpu detected" in line.lower()), None)
+        if shared:
+            return ProfilingFailed(
+                f"Workers of {script} share a GPU, which NCCL refuses: {sentence(shared[:300])}",
+                "Let each worker take the GPU of its LOCAL_RANK, which torchrun sets, e.g. `local_rank = "
+                "int(os.environ['LOCAL_RANK'])`, `torch.cuda.set_device(local_rank)` and DDP(model, "
+                "device_ids=[local_rank]); a script written for torch.distributed.launch that reads a --local_rank "
+                "argument gets its default in every worker, as torchrun passes no such argument.",
             )
         if any(w in text.lower() for w in NO_GPU_WORDS):
             return ProfilingFailed(
