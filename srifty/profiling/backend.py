@@ -93,6 +93,7 @@ class ProfilingBackend(ABC):
             }
 
         hard_limit = request.startup_timeout + request.max_seconds + request.hang_timeout
+
         def on_hang(started: set[int]) -> str:
             return stacks.where_waiting(run_dir, read_rank_records(run_dir), started, request.script)
 

@@ -23,6 +23,9 @@ import os
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+import torch.distributed as dist
+import torch.multiprocessing as torch_mp
+
 from srifty.profiling.recorder import WorkerSettings
 
 # torchrun's workers join its own store at MASTER_ADDR:MASTER_PORT where this is set
@@ -70,9 +73,6 @@ def own_rendezvous(torchrun_port: str | None, init_method: Any, env: dict[str, s
 
 def guard(settings: WorkerSettings) -> None:
     """Make spawning workers, and a rendezvous or a world of the script's own, raise at once."""
-    import torch.distributed as dist
-    import torch.multiprocessing as torch_mp
-
     torch_mp.spawn = _refuse_own_workers(torch_mp.spawn)
     torch_mp.start_processes = _refuse_own_workers(torch_mp.start_processes)
     torchrun_port = os.environ.get("MASTER_PORT")

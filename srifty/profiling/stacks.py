@@ -74,8 +74,9 @@ def waiting_at(dump: str, script: str | None) -> str:
 def where_waiting(run_dir: str, records: Iterable[dict[str, Any]], started: set[int], script: str | None,
                   wait_s: float = 1.0) -> str:
     """Have the workers of ``records`` that run on this machine, among the processes the run
-    ``started``, that still hold :data:`STACK_SIGNAL` as armed (:func:`armed`) write their stacks, and say where they were waiting, the ranks waiting in the
-    fewest places first ('' where none could say)."""
+    ``started``, that still hold :data:`STACK_SIGNAL` as armed (:func:`armed`) write their stacks,
+    and say where they were waiting, the ranks waiting in the fewest places first ('' where none
+    could say)."""
     here = socket.gethostname()
     asked = []
     for r in sorted(records, key=lambda r: int(r.get("rank", 0))):
