@@ -521,7 +521,8 @@ def test_a_script_that_launches_itself_is_told_the_change_that_runs_it(
 def test_a_script_s_refused_arguments_are_shown_with_where_they_go(tmp_path: Path) -> None:
     """A script whose argparse refuses its command line exits with status 2, which alone says
     nothing: the error shows what argparse refused, how to pass the script's arguments, and,
-    where it asks for --local_rank, that torchrun gives the rank in the environment."""
+    where it asks for --local_rank, that torchrun gives the rank in the environment; a script
+    that exits with a status of its own is shown the last lines it printed."""
     script = str(SCRIPTS / "needs_args.py")
     res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "args.json"))
     _assert_clean_error(res, "stopped at its command line: needs_args.py: error: the following arguments are "
@@ -529,6 +530,11 @@ def test_a_script_s_refused_arguments_are_shown_with_where_they_go(tmp_path: Pat
     res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "args.json"), "--", "--local_rank", "0")
     _assert_clean_error(res, "are required: --data.", "after `--`")
     assert "LOCAL_RANK" not in res.stderr
+    # a status of its own: what the script printed last says why
+    res = run_srifty("profile", script, *QUICK, "--out", str(tmp_path / "args.json"), "--", "--local_rank", "0",
+                     "--data", str(tmp_path / "nowhere"))
+    _assert_clean_error(res, f"failed with SystemExit: exit status 3 after printing: starting rank 0 / "
+                        f"{tmp_path / 'nowhere'}: no such data set.")
 
 
 def test_worker_crash_keeps_partial_profile_beside_a_complete_one(tmp_path: Path, no_orphans) -> None:

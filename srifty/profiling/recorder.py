@@ -376,11 +376,18 @@ class Recorder:
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join(timeout=5.0)
 
-    def record_error(self, exc: BaseException) -> None:
+    def record_error(self, exc: BaseException, printed: str = "") -> None:
+        """Keep ``exc`` as this rank's error; ``printed``: the end of what the script wrote to stderr,
+        which says why where a ``SystemExit``'s status alone says nothing."""
+        message = str(exc)
+        if isinstance(exc, SystemExit) and isinstance(exc.code, int):
+            # what argparse refused, else the last lines the script printed
+            last = [line for line in printed.strip().splitlines() if line.strip()][-3:]
+            message = self.usage_error or (f"exit status {exc.code} after printing: " + " / ".join(last) if last
+                                           else f"exit status {exc.code}")
         self.error = {
             "type": type(exc).__name__,
-            # an argparse exit's status alone says nothing: what argparse printed says what was refused
-            "message": (self.usage_error if isinstance(exc, SystemExit) and self.usage_error else str(exc))[:4000],
+            "message": message[:4000],
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
         }
         self._dirty = True

@@ -12,6 +12,7 @@ import os
 import runpy
 import signal
 import sys
+from typing import Any
 
 from srifty.profiling import instrument, parentwatch, stacks
 
@@ -25,6 +26,21 @@ def _on_sigterm(signum: int, frame: object) -> None:
         except OSError:
             pass
     os._exit(128 + signum)
+
+
+class StderrTail:
+    """``sys.stderr`` as the script sees it: written through, its last characters kept, for the
+    error of a script that exits with a failing status and says why only in what it printed."""
+
+    def __init__(self, stream: Any, keep: int = 2000) -> None:
+        self._stream, self._keep, self.tail = stream, keep, ""
+
+    def write(self, text: str) -> int:
+        self.tail = (self.tail + text)[-self._keep:]
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if not parentwatch.die_with_parent(signal.SIGTERM):
         _on_sigterm(signal.SIGTERM, None)
     sys.argv = [script, *script_args]
+    printed = StderrTail(sys.stderr)
+    sys.stderr = printed
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     status = 0
     try:
@@ -53,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         recorder.stop_reason = recorder.stop_reason or "script_finished"
         if code != 0:
-            recorder.record_error(exc)
+            recorder.record_error(exc, printed.tail)
         status = code
     except BaseException as exc:  # the user's script failed: keep what was measured
         recorder.record_error(exc)
