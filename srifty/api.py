@@ -264,7 +264,8 @@ def write_plan(outcome: RecommendOutcome, directory: str | Path, rank: int = 1) 
                           f"Give --rank {len(rows)} or less.")
     region = outcome.result.constraints.region or outcome.catalog.default_region
     plan = make_plan(outcome.job.model, outcome.job.script, outcome.job.script_args, rows[rank - 1], rank, region,
-                     outcome.catalog, outcome.result.constraints.placement_group, outcome.job.accumulation)
+                     outcome.catalog, outcome.result.constraints.placement_group, outcome.job.accumulation,
+                     outcome.job.module)
     return plan, write_plan_files(plan, directory)
 
 

@@ -25,6 +25,7 @@ Examples:
   srifty profile examples/transformer_lm.py --nproc 2 --batch-size 16 --out lm.json
   srifty profile examples/cnn_resnet.py --batch-size 32,128,512 --out cnn/   # one profile per batch
   srifty profile train.py --nproc 2 -- --epochs 1 --lr 0.1   # args after -- go to the script
+  srifty profile -m mypkg.train --nproc 2 -- --epochs 1   # a module, as `torchrun -m` runs it
   srifty profile examples/cnn_resnet.py --nproc 2 --dry-run
   srifty profile --collectives --world-sizes 2 --out allreduce.json
   sudo srifty profile examples/cnn_resnet.py --backend emulated --hosts emu.medium:2,emu.small:1
@@ -110,6 +111,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 )
 @click.argument("script", required=False, type=click.Path(dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--module", "-m", metavar="NAME", help="Run the training code as `python -m NAME` (as `torchrun -m NAME` "
+              "does), from this directory, in place of a SCRIPT.")
 @click.option("--nproc", type=params.WORKERS, default=1, show_default=True, help="Workers (torchrun processes) per host.")
 @click.option("--batch-size", "batch_sizes", help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE; "
               "several, comma-separated, profile each into the directory --out.")
@@ -167,6 +170,7 @@ def profile_cmd(
     obj: Context,
     script: str | None,
     script_args: tuple[str, ...],
+    module: str | None,
     nproc: int,
     batch_sizes: str | None,
     pass_batch_arg: bool,
@@ -208,14 +212,18 @@ def profile_cmd(
     from srifty import api, report
     from srifty.profiling.ec2.config import aws_ids
     from srifty.profiling.launcher import ProfileRequest, get_backend
+    from srifty.profiling.request import module_file
 
     batches = _batch_sizes(batch_sizes)
     try:
         sizes = [int(x) for x in world_sizes.split(",") if x.strip()]
     except ValueError:
         raise SriftyError(f"--world-sizes takes comma-separated integers such as 2,4 (got {world_sizes!r}).") from None
-    if collectives and script:
-        raise SriftyError("--collectives runs srifty's own benchmark: give no SCRIPT with it.")
+    if collectives and (script or module):
+        raise SriftyError("--collectives runs srifty's own benchmark: give no SCRIPT or --module with it.")
+    if module:  # what click took for a SCRIPT is the module's first argument
+        script_args = (script, *script_args) if script else script_args
+        script = module_file(module)
     if placement_group and backend != "ec2":
         raise SriftyError("--placement-group places EC2 instances: it needs --backend ec2.")
     if (subnet_ids or security_group_ids) and backend != "ec2":
@@ -229,8 +237,8 @@ def profile_cmd(
 
         args = list(script_args) + (["--batch-size", str(batch_size)] if pass_batch_arg and batch_size else [])
         return ProfileRequest(
-            script=script, script_args=args, nproc=nproc, batch_size=batch_size, max_seconds=max_seconds,
-            max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
+            script=script, script_args=args, module=module, nproc=nproc, batch_size=batch_size,
+            max_seconds=max_seconds, max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
             hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
             instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,
             max_bytes=max_bytes, repeats=repeats, hosts=hosts, spec=spec,

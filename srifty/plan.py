@@ -60,6 +60,8 @@ class Plan:
     # the forward-backward passes per optimizer step where the script accumulates gradients: its
     # SRIFTY_BATCH_SIZE is one pass's batch, a per-worker batch over the passes
     passes: int = 1
+    # the script ran as `python -m MODULE` (script: the module's file): torchrun runs it so, `-m MODULE`
+    module: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -81,7 +83,8 @@ class Plan:
         written as given, so that they may be the shell's expansions (``$SKYPILOT_NODE_RANK``)."""
         return " ".join(["torchrun", "--nnodes", nnodes, "--node-rank", node_rank, "--nproc-per-node", str(workers),
                          "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", shlex.quote(self.rdzv_id),
-                         shlex.quote(self.script), *map(shlex.quote, self.script_args)])
+                         *(["-m", shlex.quote(self.module)] if self.module else [shlex.quote(self.script)]),
+                         *map(shlex.quote, self.script_args)])
 
     @property
     def rdzv_id(self) -> str:
@@ -204,7 +207,8 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "srifty_version": __version__, "model": self.model, "script": self.script,
-                "script_args": list(self.script_args), "config": self.config, "rank": self.rank_in_ranking,
+                "module": self.module, "script_args": list(self.script_args), "config": self.config,
+                "rank": self.rank_in_ranking,
                 "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
                 "efa_types": list(self.efa_types), "placement_group": self.placement_group,
                 "memory_notes": list(self.memory_notes), "passes": self.passes, "prediction": self.prediction}
@@ -244,10 +248,12 @@ def node_file(node: PlannedNode) -> str:
 
 
 def make_plan(model: str, script: str | None, script_args: Sequence[str], row: Any, rank: int,
-              region: str | None, catalog: Any, placement_group: bool = False, passes: int = 1) -> Plan:
+              region: str | None, catalog: Any, placement_group: bool = False, passes: int = 1,
+              module: str | None = None) -> Plan:
     """The plan of one ranked row (srifty.solver.Recommendation) of a job's ``script``
     (``placement_group``: the row was predicted for nodes in a cluster placement group; ``passes``:
-    the script's forward-backward passes per step, JobProfile.accumulation)."""
+    the script's forward-backward passes per step, JobProfile.accumulation; ``module``: the script
+    ran as ``python -m module``)."""
     if not script:
         raise SriftyError(f"The profile of {model} does not name its training script, so a plan cannot start it.",
                           "Give a profile recorded by `srifty profile` (imported traces name no script).")
@@ -266,7 +272,7 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
     return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,
                 efa_types_across(config, catalog), placement_group,
-                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)), passes)
+                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)), passes, module)
 
 
 def plan_efa_types(plan: dict[str, Any]) -> tuple[str, ...]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from srifty import __version__
@@ -93,3 +95,22 @@ def test_usage_errors_exit_nonzero(capsys) -> None:
 def test_collectives_refuses_a_script() -> None:
     res = run_srifty("profile", "--collectives", "examples/cnn_resnet.py")
     assert res.returncode == 1 and "give no SCRIPT" in res.stderr
+
+
+def test_a_module_s_file_is_found_as_python_m_finds_it_without_running_it(tmp_path: Path) -> None:
+    """`srifty profile -m NAME` finds the file `python -m NAME` runs from the current directory,
+    the import system's way but without running the packages' code (here it would raise): a
+    module's own file, a package's __main__; a name nothing answers to is told plainly."""
+    from srifty.errors import SriftyError
+    from srifty.profiling.request import module_file
+
+    (tmp_path / "mypkg" / "sub").mkdir(parents=True)
+    for init in ("mypkg/__init__.py", "mypkg/sub/__init__.py"):
+        (tmp_path / init).write_text("raise RuntimeError('a package is not run to find its modules')\n")
+    (tmp_path / "mypkg" / "sub" / "train.py").write_text("")
+    (tmp_path / "mypkg" / "__main__.py").write_text("")
+    assert module_file("mypkg.sub.train", str(tmp_path)) == str(tmp_path / "mypkg" / "sub" / "train.py")
+    assert module_file("mypkg", str(tmp_path)) == str(tmp_path / "mypkg" / "__main__.py")
+    for missing in ("mypkg.nothere", "mypkg.sub.train.deeper", "not a name", "mypkg.sub"):
+        with pytest.raises(SriftyError, match="No module .* to run from"):
+            module_file(missing, str(tmp_path))

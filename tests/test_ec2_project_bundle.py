@@ -216,3 +216,30 @@ def test_what_the_instance_unpacks_runs(tmp_path: Path) -> None:
     assert doc["status"] == "complete" and doc["measurement"]["iterations_used"] >= 1
     if not os.environ.get("PYTHONDONTWRITEBYTECODE"):  # _common was imported from the unpacked copy
         assert list((dest / "examples" / "__pycache__").glob("_common.*.pyc"))
+
+
+def test_a_module_ships_the_project_it_runs_from(tmp_path: Path) -> None:
+    """Run as a module (`srifty profile -m mypkg.train`), the project is where it runs from, not the
+    module's own directory: outside a git work tree that directory itself, run from its top, where
+    `python -m mypkg.train` finds the package; a module outside it is refused."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text("from . import helpers\n")
+    (tmp_path / "mypkg" / "helpers.py").write_text("")
+    bundle = collect(tmp_path / "mypkg" / "train.py", cwd=tmp_path, module=True)
+    assert bundle.root == tmp_path.resolve() and bundle.workdir == "."
+    assert {"mypkg/__init__.py", "mypkg/train.py", "mypkg/helpers.py"} <= {e.rel for e in bundle.entries}
+    assert bundle.run_location() == ("/opt/srifty/project", "mypkg/train.py")
+    # and the instance's srifty runs it as a module there, its arguments after --
+    from srifty.profiling.ec2.userdata import profile_command
+
+    req = ProfileRequest(script=str(tmp_path / "mypkg" / "train.py"), module="mypkg.train", script_args=["--width", "8"])
+    cmd = profile_command(req, "g5.xlarge", bundle, 1)
+    assert "cd /opt/srifty/project && /opt/srifty/venv/bin/srifty profile --module mypkg.train --backend ec2" in cmd
+    assert cmd.endswith(" -- --width 8)")
+    # as a script, the project is the script's directory
+    assert collect(tmp_path / "mypkg" / "train.py", cwd=tmp_path).root == (tmp_path / "mypkg").resolve()
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other"
+    elsewhere.mkdir()
+    with pytest.raises(SriftyError, match="lies outside the project"):
+        collect(tmp_path / "mypkg" / "train.py", cwd=elsewhere, module=True)

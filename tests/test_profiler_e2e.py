@@ -518,6 +518,39 @@ def test_a_script_that_launches_itself_is_told_the_change_that_runs_it(
         assert profile_mod.load(out).doc["job"]["param_count"] == 10 * 10 + 10 + 10 * 5 + 5
 
 
+def test_a_module_is_profiled_as_torchrun_m_runs_it_and_its_plan_runs_it_so(tmp_path: Path) -> None:
+    """Training code in a package, with a relative import, runs as `torchrun -m mypkg.train` does:
+    `srifty profile -m mypkg.train` profiles it from the directory it runs in, its arguments after
+    `--`; the profile names the module, and a plan's torchrun runs `-m mypkg.train` too. A module
+    that is not there is told at once."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("import torch.nn as nn\n\ndef build(width):\n"
+                                  "    return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, 4))\n")
+    (pkg / "train.py").write_text(
+        "import sys\nimport torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import "
+        "DistributedDataParallel as DDP\nfrom .model import build\n\n"
+        "dist.init_process_group('gloo')\nmodel = DDP(build(int(sys.argv[sys.argv.index('--width') + 1])))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\nfor _ in range(100000):\n"
+        "    opt.zero_grad()\n    model(torch.randn(8, 16)).sum().backward()\n    opt.step()\n")
+    out = tmp_path / "pkg.json"
+    res = run_srifty("profile", "-m", "mypkg.train", *QUICK, "--out", str(out), "--", "--width", "32", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    job = profile_mod.load(out).doc["job"]
+    assert (job["model"], job["module"], job["script"], job["args"]) == ("train", "mypkg.train", "mypkg/train.py",
+                                                                           ["--width", "32"])
+    assert job["param_count"] == 16 * 32 + 32 + 32 * 4 + 4
+    res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.xlarge", "--max-nodes", "2",
+                     "--plan", str(tmp_path / "plan"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    [node] = sorted((tmp_path / "plan").glob("node-*.sh"))[:1]
+    assert " -m mypkg.train --width 32" in node.read_text()
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["module"] == "mypkg.train"
+    res = run_srifty("profile", "-m", "mypkg.nothere", *QUICK, cwd=tmp_path)
+    _assert_clean_error(res, "No module 'mypkg.nothere' to run from", "where `python -m MODULE` runs your training")
+
+
 def test_a_script_s_refused_arguments_are_shown_with_where_they_go(tmp_path: Path) -> None:
     """A script whose argparse refuses its command line exits with status 2, which alone says
     nothing: the error shows what argparse refused, how to pass the script's arguments, and,

@@ -112,6 +112,7 @@ class JobProfile:
     sync_batchnorm: tuple[int, ...] = ()  # the features of each SyncBatchNorm layer (job.sync_batchnorm)
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
+    module: str | None = None  # where it ran as `python -m MODULE` (script: the module's file)
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
     # the window's part that does not grow with the batch, where profiles at two or more batches on
     # the operator count's host measured it (then ``host_input_ms_per_sample`` is the line's slope);
@@ -291,7 +292,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
         if footprint is not None and all(f.batch_size != footprint.batch_size for f in job.memory):
             job.memory += (footprint,)
         if not job.script and j.get("script"):
-            job.script, job.script_args = j["script"], tuple(j.get("args") or ())
+            job.script, job.script_args, job.module = j["script"], tuple(j.get("args") or ()), j.get("module")
         job.sources.append(p.path or "(profile)")
         cl = doc["cluster"]
         itype = cl["instance_types"][0]

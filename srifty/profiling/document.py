@@ -203,6 +203,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
         "job": {
             "model": request.model,
             "script": os.path.relpath(request.script) if request.script else None,
+            "module": request.module,  # run as `python -m MODULE` (script: its file), else None
             "script_sha256": _sha256(request.script) if request.script else None,
             "args": list(request.script_args),
             "local_batch_size": local_bs,

@@ -98,7 +98,7 @@ class EmulatedBackend(ProfilingBackend):
             if request.collectives:
                 argv = [*torchrun, "-m", "srifty.profiling.collectives"]
             else:
-                argv = [*torchrun, "-m", "srifty.profiling.worker", os.path.abspath(str(request.script)), *request.script_args]
+                argv = [*torchrun, "-m", "srifty.profiling.worker", *request.worker_argv()]
             env = {
                 **worker_env(request, run_dir),
                 **host_env(h),

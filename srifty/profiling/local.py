@@ -5,7 +5,6 @@ a GPU (:func:`check_gpu_count`, :func:`local_gpu_count`).
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 
@@ -69,6 +68,6 @@ class LocalBackend(ProfilingBackend):
         if request.collectives:
             argv = [*torchrun, "-m", "srifty.profiling.collectives"]
         else:
-            argv = [*torchrun, "-m", "srifty.profiling.worker", os.path.abspath(str(request.script)), *request.script_args]
+            argv = [*torchrun, "-m", "srifty.profiling.worker", *request.worker_argv()]
         return LaunchPlan(self.name, [WorkerCommand(argv, env)], run_dir)
 

@@ -162,13 +162,18 @@ def unpack_command(archive: str, dest: str = INSTANCE_ROOT) -> str:
 
 
 def collect(script: str | Path, cwd: str | Path | None = None, always: tuple[str | Path, ...] = (),
-            max_bytes: int = DEFAULT_MAX_BYTES) -> ProjectBundle:
+            max_bytes: int = DEFAULT_MAX_BYTES, module: bool = False) -> ProjectBundle:
     """The bundle for ``script``: see the module docstring for what goes in.
 
     ``cwd`` is where srifty was started (default: the current directory); ``always`` are
-    further files to ship even when ignored (the requirements file), if inside the project."""
+    further files to ship even when ignored (the requirements file), if inside the project;
+    ``module``: the script runs as a module from ``cwd``, whose project (or ``cwd`` itself, outside
+    a git work tree) is the one to ship."""
     script_path = Path(script).resolve()
-    root, git_error = _project_root(script_path.parent)
+    root, git_error = _project_root(Path(cwd or os.getcwd()).resolve() if module else script_path.parent)
+    if not script_path.is_relative_to(root):  # a module installed elsewhere, not the project's
+        raise SriftyError(f"The module's file {script_path} lies outside the project {root} that EC2 would run.",
+                          "Run srifty from the project the module belongs to, or give the script's path.")
     candidates = _git_files(root) if git_error is None else _walk_files(root)
     forced = [script_path, *(Path(p).resolve() for p in always)]
     candidates += [p.relative_to(root).as_posix() for p in forced if p.is_relative_to(root)]

@@ -6,9 +6,12 @@ environment that carries the request to the workers). Shared by every backend.
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from importlib.machinery import PathFinder
 from typing import Any, Callable
 
 from srifty.errors import SriftyError
@@ -27,6 +30,8 @@ class ProfileRequest:
 
     script: str | None
     script_args: list[str] = field(default_factory=list)
+    # run as ``python -m MODULE`` (``script``: its file, module_file), from the current directory
+    module: str | None = None
     nproc: int = 1
     batch_size: int | None = None
     max_seconds: float = MAX_SECONDS
@@ -96,7 +101,15 @@ class ProfileRequest:
     def model(self) -> str:
         if self.model_name:
             return self.model_name
+        if self.module:
+            return self.module.rsplit(".", 1)[-1]
         return Path(self.script).stem if self.script else "collectives"
+
+    def worker_argv(self) -> list[str]:
+        """What each worker (``python -m srifty.profiling.worker``) runs: the script's path, or
+        ``-m`` and the module, then the script's arguments."""
+        target = ["-m", self.module] if self.module else [os.path.abspath(str(self.script))]
+        return [*target, *self.script_args]
 
     def type_out(self, out: str, instance_type: str) -> str:
         """Where one EC2 type's profile goes: ``out`` itself for one type, else
@@ -166,3 +179,24 @@ def worker_env(request: ProfileRequest, run_dir: str) -> dict[str, str]:
         env["SRIFTY_COLL_REPEATS"] = str(request.repeats)
     return env
 
+
+def module_file(name: str, directory: str | None = None) -> str:
+    """The file ``python -m name`` runs from ``directory`` (default: the current one), found as
+    the import system finds it, without running the packages' code; a one-paragraph error where
+    there is none."""
+    where = [os.path.abspath(directory or os.getcwd()), *sys.path[1:]]
+    spec = None
+    for i, part in enumerate(name.split(".")):
+        if not part.isidentifier() or (i and (spec is None or not spec.submodule_search_locations)):
+            spec = None
+            break
+        spec = PathFinder.find_spec(part, where if i == 0 else list(spec.submodule_search_locations))
+        if spec is None:
+            break
+    if spec is not None and spec.submodule_search_locations:  # a package: its __main__
+        spec = PathFinder.find_spec("__main__", list(spec.submodule_search_locations))
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise SriftyError(f"No module {name!r} to run from {directory or os.getcwd()}.",
+                          "Run srifty from the directory where `python -m MODULE` runs your training, or give the "
+                          "script's path instead of --module.")
+    return spec.origin

@@ -1,4 +1,5 @@
-"""Entry point of each profiled worker: ``python -m srifty.profiling.worker SCRIPT ARGS``.
+"""Entry point of each profiled worker: ``python -m srifty.profiling.worker SCRIPT ARGS`` (or
+``-m MODULE ARGS``).
 
 torchrun starts this module in every rank. It installs the recorder, runs the user's
 script unchanged as ``__main__``, and leaves with exit status 0 when srifty has measured
@@ -46,9 +47,11 @@ class StderrTail:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print("usage: python -m srifty.profiling.worker SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m srifty.profiling.worker SCRIPT|-m MODULE [ARGS...]", file=sys.stderr)
         return 2
-    script, script_args = argv[0], argv[1:]
+    # SCRIPT ARGS, or -m MODULE ARGS (run as `python -m MODULE` runs it, from the current directory)
+    module = argv[1] if argv[0] == "-m" and len(argv) > 1 else None
+    script, script_args = (module, argv[2:]) if module else (argv[0], argv[1:])
     settings = instrument.WorkerSettings.from_env()
     recorder = instrument.install(settings)
     stacks.arm(settings.out_dir, settings.rank)  # where it waits, should the run hang
@@ -57,13 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     # rank gets SIGTERM (flush, exit) rather than training on, orphaned
     if not parentwatch.die_with_parent(signal.SIGTERM):
         _on_sigterm(signal.SIGTERM, None)
-    sys.argv = [script, *script_args]
+    sys.argv = [script, *script_args]  # run_module sets the module's file in sys.argv[0]
     printed = StderrTail(sys.stderr)
     sys.stderr = printed
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(script)))
     status = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
         recorder.stop_reason = recorder.stop_reason or "script_finished"
     except instrument.ProfilingComplete as done:
         recorder.stop_reason = done.reason

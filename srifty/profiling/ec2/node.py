@@ -42,7 +42,7 @@ def node_plan(name: str, request: ProfileRequest, run_dir: str) -> LaunchPlan:
     if request.collectives:
         argv = [*torchrun, "-m", "srifty.profiling.collectives"]
     else:
-        argv = [*torchrun, "-m", "srifty.profiling.worker", os.path.abspath(str(request.script)), *request.script_args]
+        argv = [*torchrun, "-m", "srifty.profiling.worker", *request.worker_argv()]
     env = {**worker_env(request, run_dir), "SRIFTY_INSTANCE_TYPES": request.instance_type}
     return LaunchPlan(name, [WorkerCommand(argv, env)], run_dir,
                       [f"ec2 node {rank} of {nnodes}, c10d rendezvous on {master}:{RDZV_PORT}"])

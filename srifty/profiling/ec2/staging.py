@@ -90,7 +90,7 @@ def project_bundle(request: ProfileRequest, config: Ec2Config) -> ProjectBundle 
         return None
     limit = int(config.max_bundle_mb * MB) if config.max_bundle_mb else DEFAULT_MAX_BYTES
     req = requirements_file(request, None)  # shipped even if git ignores it, when inside the project
-    return collect(request.script, always=(req,) if req else (), max_bytes=limit)
+    return collect(request.script, always=(req,) if req else (), max_bytes=limit, module=bool(request.module))
 
 
 class S3Staging:

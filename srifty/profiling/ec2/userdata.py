@@ -104,7 +104,8 @@ def profile_command(request: ProfileRequest, instance_type: str, bundle: Project
                  "--max-bytes", str(request.max_bytes), "--repeats", str(request.repeats)]
         return " ".join(q(x) for x in ["/opt/srifty/venv/bin/srifty", "profile", *opts])
     cwd, script = bundle.run_location()
-    cmd = " ".join(q(x) for x in ["/opt/srifty/venv/bin/srifty", "profile", script, *opts])
+    target = ["--module", request.module] if request.module else [script]  # a module runs from cwd, as here
+    cmd = " ".join(q(x) for x in ["/opt/srifty/venv/bin/srifty", "profile", *target, *opts])
     if request.script_args:
         cmd += " -- " + " ".join(q(a) for a in request.script_args)
     return f"(mkdir -p {q(cwd)} && cd {q(cwd)} && {cmd})"
