@@ -98,31 +98,32 @@ UNDER_TORCHRUN = "Where torchrun started the script (\"LOCAL_RANK\" in os.enviro
 TORCHRUN_RENDEZVOUS = ("give init_process_group no rendezvous of its own (MASTER_ADDR, MASTER_PORT, a tcp:// "
                        "init_method) and no rank or world size but torchrun's: dist.init_process_group(backend) "
                        "reads them all from torchrun (docs/profiling.md, *A script that starts its own workers*)")
-SELF_LAUNCH = {
-    "ScriptStartsItsOwnWorkers": "starts its own workers with {message}, as PyTorch's DDP tutorial does",
-    "ScriptSetsItsOwnRendezvous": "sets a rendezvous of its own ({message})",
-    "ScriptSetsItsOwnWorld": "sets up a process group of its own: {message}",
+SELF_LAUNCH = {  # the error's name: what the script did, and what would follow under torchrun
+    "ScriptStartsItsOwnWorkers": (
+        "starts its own workers with {message}, as PyTorch's DDP tutorial does",
+        "torchrun has started the workers already (spawned again, they would set up a process group of their own "
+        "and hang)"),
+    "ScriptSetsItsOwnRendezvous": (
+        "sets a rendezvous of its own ({message})", "its workers would wait for a rendezvous server nobody runs there"),
+    "ScriptSetsItsOwnWorld": (
+        "sets up a process group of its own: {message}",
+        "each worker would train alone, and the profile would time allreduces that never left it"),
 }
 
 
 def self_launch(script: str, err: dict[str, Any]) -> ProfilingFailed:
     """The error for a script that launches itself where torchrun has (``err``: the rank's)."""
-    did = SELF_LAUNCH[err["type"]].format(message=err["message"])
+    did, follows = SELF_LAUNCH[err["type"]]
+    what = (f"{script} {did.format(message=err['message'])}; srifty runs it under torchrun, as a recommended plan "
+            "does across nodes")
     if err["type"] == "ScriptStartsItsOwnWorkers":
         worker = (re.findall(r"\((\w+)", err["message"]) or ["the worker function"])[0]
         return ProfilingFailed(
-            f"{script} {did}; srifty runs it under torchrun, as a recommended plan does across nodes, and "
-            "torchrun has started the workers already (spawned again, they would set up a process group of "
-            "their own and hang).",
+            f"{what}, and {follows}.",
             f"{UNDER_TORCHRUN}, call {worker} once in place of the spawn, with int(os.environ[\"RANK\"]) and "
             f"int(os.environ[\"WORLD_SIZE\"]), and {TORCHRUN_RENDEZVOUS}.",
         )
-    consequence = ("its workers would wait for a rendezvous server nobody runs there" if "Rendezvous" in err["type"]
-                   else "each worker would train alone, and the profile would time allreduces that never left it")
-    return ProfilingFailed(
-        f"{script} {did}; srifty runs it under torchrun, as a recommended plan does across nodes, where {consequence}.",
-        f"{UNDER_TORCHRUN}, {TORCHRUN_RENDEZVOUS}.",
-    )
+    return ProfilingFailed(f"{what}, where {follows}.", f"{UNDER_TORCHRUN}, {TORCHRUN_RENDEZVOUS}.")
 
 
 # what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them

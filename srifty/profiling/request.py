@@ -10,8 +10,8 @@ import os
 import shlex
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from importlib.machinery import PathFinder
+from pathlib import Path
 from typing import Any, Callable
 
 from srifty.errors import SriftyError
