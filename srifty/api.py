@@ -265,7 +265,7 @@ def write_plan(outcome: RecommendOutcome, directory: str | Path, rank: int = 1) 
     region = outcome.result.constraints.region or outcome.catalog.default_region
     plan = make_plan(outcome.job.model, outcome.job.script, outcome.job.script_args, rows[rank - 1], rank, region,
                      outcome.catalog, outcome.result.constraints.placement_group, outcome.job.accumulation,
-                     outcome.job.module)
+                     outcome.job.module, outcome.job.batch_arg)
     return plan, write_plan_files(plan, directory)
 
 

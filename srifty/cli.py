@@ -31,7 +31,8 @@ Examples:
   sudo srifty profile examples/cnn_resnet.py --backend emulated --hosts emu.medium:2,emu.small:1
 
 The per-worker batch size from --batch-size reaches the script as the environment
-variable SRIFTY_BATCH_SIZE (and as --batch-size N with --pass-batch-arg). The script
+variable SRIFTY_BATCH_SIZE, and after the script's arguments as NAME N with --batch-arg NAME
+(--per_device_train_batch_size for a HuggingFace script; --pass-batch-arg: --batch-size N). The script
 needs no change: srifty times DDP's forward, backward, each gradient bucket's
 allreduce and the optimizer step from outside. Several batch sizes (--batch-size 32,128)
 run one after the other into a directory, one profile per batch, that --profile takes
@@ -116,7 +117,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--nproc", type=params.WORKERS, default=1, show_default=True, help="Workers (torchrun processes) per host.")
 @click.option("--batch-size", "batch_sizes", help="Per-worker batch size, passed to the script as SRIFTY_BATCH_SIZE; "
               "several, comma-separated, profile each into the directory --out.")
-@click.option("--pass-batch-arg", is_flag=True, help="Also append '--batch-size N' to the script's arguments.")
+@click.option("--batch-arg", metavar="NAME", help="The script's option for its per-worker batch, e.g. "
+              "--batch-arg=--per_device_train_batch_size: each worker appends 'NAME N' to the script's arguments.")
+@click.option("--pass-batch-arg", is_flag=True, help="The same as --batch-arg=--batch-size.")
 @click.option("--max-seconds", type=params.positive(), default=request_defaults.MAX_SECONDS, show_default=True, help="Cap on measuring time (after start-up).")
 @click.option("--max-iterations", type=params.whole(), default=request_defaults.MAX_ITERATIONS, show_default=True, help="Cap on measured iterations.")
 @click.option("--min-iterations", type=params.whole(), default=request_defaults.MIN_ITERATIONS, show_default=True, help="Steady iterations needed before stopping.")
@@ -173,6 +176,7 @@ def profile_cmd(
     module: str | None,
     nproc: int,
     batch_sizes: str | None,
+    batch_arg: str | None,
     pass_batch_arg: bool,
     max_seconds: float,
     max_iterations: int,
@@ -224,6 +228,10 @@ def profile_cmd(
     if module:  # what click took for a SCRIPT is the module's first argument
         script_args = (script, *script_args) if script else script_args
         script = module_file(module)
+    if pass_batch_arg and batch_arg not in (None, "--batch-size"):
+        raise SriftyError(f"--pass-batch-arg appends --batch-size, and --batch-arg {batch_arg} another option.",
+                          "Give one of them.")
+    batch_arg = "--batch-size" if pass_batch_arg else batch_arg
     if placement_group and backend != "ec2":
         raise SriftyError("--placement-group places EC2 instances: it needs --backend ec2.")
     if (subnet_ids or security_group_ids) and backend != "ec2":
@@ -235,9 +243,9 @@ def profile_cmd(
     def request_for(batch_size: int | None) -> ProfileRequest:
         from srifty.commands.ec2 import launch_prompt
 
-        args = list(script_args) + (["--batch-size", str(batch_size)] if pass_batch_arg and batch_size else [])
         return ProfileRequest(
-            script=script, script_args=args, module=module, nproc=nproc, batch_size=batch_size,
+            script=script, script_args=list(script_args), module=module, nproc=nproc, batch_size=batch_size,
+            batch_arg=batch_arg,
             max_seconds=max_seconds, max_iterations=max_iterations, min_iterations=min_iterations, target_rel_ci=target_ci,
             hang_timeout=hang_timeout, startup_timeout=startup_timeout, model_name=model_name,
             instance_type=instance_type, device=device, collectives=collectives, world_sizes=sizes,

@@ -88,6 +88,7 @@ def request_for(plan: dict[str, Any], backend: str, max_seconds: float, **option
     passes = int(plan.get("passes") or 1)  # a script that accumulates gradients reads one pass's batch
     batches = {n["instance_type"]: pass_batch(int(n["local_batch_size"]), passes) for n in nodes}
     common = dict(script=plan["script"], script_args=list(plan["script_args"]), module=plan.get("module"),
+                  batch_arg=plan.get("batch_arg"),
                   max_seconds=max_seconds, batch_size=batches[types[0]], batch_by_type=batches)
     if not os.path.exists(plan["script"]):
         raise SriftyError(f"The plan's script {plan['script']} is not here.",

@@ -62,6 +62,8 @@ class Plan:
     passes: int = 1
     # the script ran as `python -m MODULE` (script: the module's file): torchrun runs it so, `-m MODULE`
     module: str | None = None
+    # the script's option for its batch: torchrun gives it the node's SRIFTY_BATCH_SIZE after the arguments
+    batch_arg: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -84,7 +86,8 @@ class Plan:
         return " ".join(["torchrun", "--nnodes", nnodes, "--node-rank", node_rank, "--nproc-per-node", str(workers),
                          "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", shlex.quote(self.rdzv_id),
                          *(["-m", shlex.quote(self.module)] if self.module else [shlex.quote(self.script)]),
-                         *map(shlex.quote, self.script_args)])
+                         *map(shlex.quote, self.script_args),
+                         *([shlex.quote(self.batch_arg), '"$SRIFTY_BATCH_SIZE"'] if self.batch_arg else [])])
 
     @property
     def rdzv_id(self) -> str:
@@ -179,6 +182,9 @@ class Plan:
             "<its script>` (extra arguments go to the training script). The nodes must reach node 0 on TCP "
             f"port {RDZV_PORT} (the default VPC's default security group allows traffic between its members).",
         ]
+        if self.batch_arg:
+            lines += ["", f"The script takes its per-worker batch as `{self.batch_arg} N` (as profiled): the "
+                          "command gives it the node's `SRIFTY_BATCH_SIZE` after the script's arguments."]
         if self.passes > 1:
             lines += ["", f"The script accumulates gradients over {self.passes} forward-backward passes a step (as "
                           "profiled): each node's `SRIFTY_BATCH_SIZE` is one pass's batch, "
@@ -207,8 +213,8 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "srifty_version": __version__, "model": self.model, "script": self.script,
-                "module": self.module, "script_args": list(self.script_args), "config": self.config,
-                "rank": self.rank_in_ranking,
+                "module": self.module, "script_args": list(self.script_args), "batch_arg": self.batch_arg,
+                "config": self.config, "rank": self.rank_in_ranking,
                 "region": self.region, "emulated": self.emulated, "nodes": [asdict(n) for n in self.nodes],
                 "efa_types": list(self.efa_types), "placement_group": self.placement_group,
                 "memory_notes": list(self.memory_notes), "passes": self.passes, "prediction": self.prediction}
@@ -249,11 +255,11 @@ def node_file(node: PlannedNode) -> str:
 
 def make_plan(model: str, script: str | None, script_args: Sequence[str], row: Any, rank: int,
               region: str | None, catalog: Any, placement_group: bool = False, passes: int = 1,
-              module: str | None = None) -> Plan:
+              module: str | None = None, batch_arg: str | None = None) -> Plan:
     """The plan of one ranked row (srifty.solver.Recommendation) of a job's ``script``
     (``placement_group``: the row was predicted for nodes in a cluster placement group; ``passes``:
     the script's forward-backward passes per step, JobProfile.accumulation; ``module``: the script
-    ran as ``python -m module``)."""
+    ran as ``python -m module``; ``batch_arg``: the script's option for its batch, JobProfile.batch_arg)."""
     if not script:
         raise SriftyError(f"The profile of {model} does not name its training script, so a plan cannot start it.",
                           "Give a profile recorded by `srifty profile` (imported traces name no script).")
@@ -272,7 +278,7 @@ def make_plan(model: str, script: str | None, script_args: Sequence[str], row: A
     emulated = all(catalog.get(n.instance_type).emulation is not None for n in nodes)
     return Plan(model, script, tuple(script_args), row.config, rank, tuple(nodes), region, row.to_dict(), emulated,
                 efa_types_across(config, catalog), placement_group,
-                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)), passes, module)
+                tuple(tight_notes(row.memory_gib, row.batch_split, catalog)), passes, module, batch_arg)
 
 
 def plan_efa_types(plan: dict[str, Any]) -> tuple[str, ...]:

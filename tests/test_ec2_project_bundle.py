@@ -237,6 +237,17 @@ def test_a_module_ships_the_project_it_runs_from(tmp_path: Path) -> None:
     cmd = profile_command(req, "g5.xlarge", bundle, 1)
     assert "cd /opt/srifty/project && /opt/srifty/venv/bin/srifty profile --module mypkg.train --backend ec2" in cmd
     assert cmd.endswith(" -- --width 8)")
+    # a script's own batch option goes with the batch, as one word the instance's click reads back
+    req.batch_size, req.batch_arg = 16, "--per_device_train_batch_size"
+    cmd = profile_command(req, "g5.xlarge", bundle, 1)
+    assert " --batch-size 16 --batch-arg=--per_device_train_batch_size " in cmd
+    from click.testing import CliRunner
+
+    from srifty.cli import cli
+
+    ran = CliRunner().invoke(cli, ["profile", str(tmp_path / "mypkg" / "train.py"), "--batch-size", "16",
+                                   "--batch-arg=--per_device_train_batch_size", "--dry-run"])
+    assert ran.exit_code == 0 and "SRIFTY_BATCH_ARG=--per_device_train_batch_size" in ran.output, ran.output
     # as a script, the project is the script's directory
     assert collect(tmp_path / "mypkg" / "train.py", cwd=tmp_path).root == (tmp_path / "mypkg").resolve()
     elsewhere = tmp_path.parent / f"{tmp_path.name}-other"

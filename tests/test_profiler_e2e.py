@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -349,6 +350,39 @@ def test_two_ddp_models_are_profiled_as_one_training_step(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr
     notes = json.loads(res.stdout)["notes"]
     assert sum("trains 2 DDP models" in n for n in notes) == 1
+
+
+def test_a_script_s_own_batch_option_is_given_the_batch_and_so_is_its_plan(tmp_path: Path) -> None:
+    """A script that takes its batch as an option (HuggingFace's --per_device_train_batch_size) is
+    given it by `--batch-arg`: each worker appends the option and the batch to the script's
+    arguments; the profile records the script's own arguments and the option apart, and a plan's
+    node script gives the option the node's batch, which the script then trains at."""
+    out = tmp_path / "opt.json"
+    res = run_srifty("profile", str(SCRIPTS / "batch_option.py"), *QUICK, "--batch-size", "12",
+                     "--batch-arg", "--per_device_train_batch_size", "--out", str(out), "--", "--steps", "100000")
+    assert res.returncode == 0, res.stderr
+    job = profile_mod.load(out).doc["job"]
+    assert (job["local_batch_size"], job["args"], job["batch_arg"]) == (12, ["--steps", "100000"],
+                                                                       "--per_device_train_batch_size")
+    res = run_srifty("recommend", "--profile", str(out), "--instance-types", "g5.xlarge", "--max-nodes", "1",
+                     "--batch-size", "20", "--plan", str(tmp_path / "plan"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["batch_arg"] == "--per_device_train_batch_size"
+    [node] = (tmp_path / "plan").glob("node-*.sh")
+    text = node.read_text()
+    assert "export SRIFTY_BATCH_SIZE=20\n" in text
+    assert ' --steps 100000 --per_device_train_batch_size "$SRIFTY_BATCH_SIZE" "$@"' in text
+    # the node script run as a user would, on one node: the script trains at the plan's batch
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    ran = subprocess.run(["bash", str(node), "--steps", "3"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "trained at a per-worker batch of 20" in ran.stdout
+    for bad, said in ((["--batch-size", "12", "--batch-arg", "per_device_train_batch_size"],
+                       "--batch-arg takes the script's option for its per-worker batch"),
+                      (["--batch-arg=--per_device_train_batch_size"], "and no --batch-size was given")):
+        res = run_srifty("profile", str(SCRIPTS / "batch_option.py"), *QUICK, *bad, "--dry-run")
+        _assert_clean_error(res, said)
 
 
 def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> None:

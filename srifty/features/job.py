@@ -113,6 +113,7 @@ class JobProfile:
     script: str | None = None  # the training script the profiles ran (as recorded)
     script_args: tuple[str, ...] = ()  # its arguments (as recorded)
     module: str | None = None  # where it ran as `python -m MODULE` (script: the module's file)
+    batch_arg: str | None = None  # the script's option for its batch, given the batch after the arguments
     host_input_ms_per_sample: float = 0.0  # the host's input window per sample, where operators were counted
     # the window's part that does not grow with the batch, where profiles at two or more batches on
     # the operator count's host measured it (then ``host_input_ms_per_sample`` is the line's slope);
@@ -293,6 +294,7 @@ def job_from_profiles(profiles: Sequence[Any]) -> JobProfile:
             job.memory += (footprint,)
         if not job.script and j.get("script"):
             job.script, job.script_args, job.module = j["script"], tuple(j.get("args") or ()), j.get("module")
+            job.batch_arg = j.get("batch_arg")
         job.sources.append(p.path or "(profile)")
         cl = doc["cluster"]
         itype = cl["instance_types"][0]

@@ -206,6 +206,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "module": request.module,  # run as `python -m MODULE` (script: its file), else None
             "script_sha256": _sha256(request.script) if request.script else None,
             "args": list(request.script_args),
+            "batch_arg": request.batch_arg,  # the script's option for its batch, appended with it to args
             "local_batch_size": local_bs,
             "requested_batch_size": request.batch_size,
             "param_count": model.get("param_count"),

@@ -24,6 +24,22 @@ MIN_ITERATIONS = 20
 TARGET_REL_CI = 0.02
 
 
+# The script's option for its batch (ProfileRequest.batch_arg), as the workers find it
+BATCH_ARG_ENV = "SRIFTY_BATCH_ARG"
+
+
+def check_batch_arg(name: str, batch_size: int | None) -> None:
+    """A one-paragraph error unless ``name`` is an option a script can take its batch from and
+    there is a batch to give it."""
+    if not name.startswith("-") or name.strip("-") == "" or any(c.isspace() or c == "=" for c in name):
+        raise SriftyError(f"--batch-arg takes the script's option for its per-worker batch, such as "
+                          f"--per_device_train_batch_size, not {name!r}.",
+                          "Write it with its dashes and without a value: `--batch-arg=--per_device_train_batch_size`.")
+    if not batch_size:
+        raise SriftyError(f"--batch-arg {name} appends the batch from --batch-size to the script's arguments, "
+                          "and no --batch-size was given.", "Add --batch-size N (the batch per worker).")
+
+
 @dataclass
 class ProfileRequest:
     """Everything ``srifty profile`` was asked to do."""
@@ -34,6 +50,9 @@ class ProfileRequest:
     module: str | None = None
     nproc: int = 1
     batch_size: int | None = None
+    # the script's own option for its per-worker batch (``--per_device_train_batch_size``): each
+    # worker appends it and its SRIFTY_BATCH_SIZE to the script's arguments (worker.main)
+    batch_arg: str | None = None
     max_seconds: float = MAX_SECONDS
     max_iterations: int = MAX_ITERATIONS
     min_iterations: int = MIN_ITERATIONS
@@ -78,6 +97,8 @@ class ProfileRequest:
             raise SriftyError(f"--nproc must be at least 1 (got {self.nproc}).")
         if self.batch_size is not None and self.batch_size < 1:
             raise SriftyError(f"--batch-size must be a positive number of samples per worker (got {self.batch_size}).")
+        if self.batch_arg is not None:
+            check_batch_arg(self.batch_arg, self.batch_size)
         if self.max_seconds <= 0:
             raise SriftyError(f"--max-seconds must be positive (got {self.max_seconds}).")
         if not 0 < self.target_rel_ci < 1:
@@ -173,6 +194,8 @@ def worker_env(request: ProfileRequest, run_dir: str) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     if request.batch_size:
         env["SRIFTY_BATCH_SIZE"] = str(request.batch_size)
+        if request.batch_arg:
+            env[BATCH_ARG_ENV] = request.batch_arg
     if request.collectives:
         env["SRIFTY_COLL_MIN_BYTES"] = str(request.min_bytes)
         env["SRIFTY_COLL_MAX_BYTES"] = str(request.max_bytes)

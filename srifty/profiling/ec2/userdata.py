@@ -97,6 +97,8 @@ def profile_command(request: ProfileRequest, instance_type: str, bundle: Project
     ]
     if request.batch_size:
         opts += ["--batch-size", str(request.batch_size)]
+        if request.batch_arg:  # as one word: the option's name starts with dashes
+            opts += [f"--batch-arg={request.batch_arg}"]
     if request.model_name or request.script:
         opts += ["--model-name", request.model]
     if bundle is None:  # --collectives
