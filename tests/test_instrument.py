@@ -235,6 +235,24 @@ def test_an_exception_without_a_message_is_told_where_it_was_raised(tmp_path: Pa
     assert "failed with AssertionError: shapes differ. Fix the script" in said("shapes differ")
 
 
+def test_a_lightning_trainer_set_for_other_workers_is_told_to_take_torchrun_s() -> None:
+    """PyTorch Lightning refuses to train where its Trainer's devices times nodes is not torchrun's
+    world size (its message below, as Lightning 2.6 raised it under `srifty profile --nproc 2`): the
+    error says so, and gives the Trainer's arguments that take both from torchrun, on any plan."""
+    from srifty.profiling.diagnosis import worker_error
+    from srifty.profiling.request import ProfileRequest
+    from srifty.profiling.supervisor import RunOutcome
+
+    message = ("You set `devices=1` and `num_nodes=1` in Lightning, but the product (1 * 1) does not match the "
+               "world size (2).")
+    failure = worker_error(ProfileRequest(script="pl_train.py"), [(0, {"type": "ValueError", "message": message})],
+                           RunOutcome([1, 1], None, 3.0, ""))
+    assert str(failure).startswith("Rank 0 of pl_train.py stopped where Lightning's Trainer was set for another "
+                                   f"number of workers than torchrun started: ValueError: {message}")
+    assert 'L.Trainer(devices=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), num_nodes=int(os.environ.get(' \
+           '"WORLD_SIZE", 1)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)), strategy="ddp", ...)' in str(failure)
+
+
 def test_only_this_run_s_workers_on_this_machine_are_asked_where_they_wait(tmp_path: Path) -> None:
     """A hung run's workers are asked for their stacks (SIGUSR1, which ends a process that did not
     arm it): never a process the run did not start, a record of another machine, or a worker whose

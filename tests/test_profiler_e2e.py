@@ -385,6 +385,28 @@ def test_a_script_s_own_batch_option_is_given_the_batch_and_so_is_its_plan(tmp_p
         _assert_clean_error(res, said)
 
 
+def test_a_step_through_a_closure_times_its_forward_and_backward_as_such(tmp_path: Path) -> None:
+    """``opt.step(closure)``, as PyTorch Lightning steps, runs the forward and the backward inside
+    the optimizer step: they are timed and counted as forward and backward, not as the optimizer's
+    (which made the phases of each iteration add up to more than the iteration)."""
+    ops, iterations = {}, {}
+    for form in ("closure", "plain"):
+        out = tmp_path / f"{form}.json"
+        args = ["--", "--plain"] if form == "plain" else []
+        res = run_srifty("profile", str(SCRIPTS / "closure_step.py"), *QUICK, "--out", str(out), *args)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(out.read_text())
+        ops[form] = {k: v for k, v in doc["job"]["operators"]["phases"].items() if k in ("forward", "backward", "optimizer")}
+        iterations[form] = [it for r in doc["ranks"] for it in r["iterations"][doc["measurement"]["warmup_iterations"]:]]
+        assert doc["job"]["forward_flops"] == 2 * 32 * (64 * 512 + 512 * 512 + 512 * 10)
+    assert ops["closure"] == ops["plain"] and ops["closure"]["optimizer"]["flops"] == 0
+    assert ops["closure"]["forward"]["flops"] == 2 * 32 * (64 * 512 + 512 * 512 + 512 * 10)
+    for form, its in iterations.items():
+        parts = [it["forward_ms"] + it["backward_ms"] + it["optimizer_ms"] + it["input_ms"] for it in its]
+        within = sum(p <= it["wall_ms"] * 1.01 for p, it in zip(parts, its))
+        assert within >= 0.9 * len(its), (form, within, len(its))
+
+
 def test_gradient_accumulation_counts_every_pass_s_samples(tmp_path: Path) -> None:
     """Four forward-backward passes of 6 samples, then one optimizer step: the profile's batch is
     the step's 24 samples per worker (its throughput, arithmetic and operator count with them),

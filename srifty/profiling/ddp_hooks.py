@@ -252,12 +252,38 @@ class DdpHooks:
         backward._srifty_wrapped = True  # type: ignore[attr-defined]
         return backward
 
-    def on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         recorder = self.recorder
         recorder._optimizers.add(optimizer)
         if any(c.__name__ in SHARDED_OPTIMIZERS for c in type(optimizer).__mro__):
             recorder.model["sharded_optimizer"] = type(optimizer).__name__
         recorder._step_started = recorder.clock.mark()
+        recorder._closure_s = 0.0
+        # a closure the step calls (forward, loss and backward, as PyTorch Lightning steps) is
+        # timed apart: its forward and backward are theirs, not the optimizer's
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure):
+            return None
+        timed = self._timed_closure(closure)
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": timed}
+        return (args[0], timed, *args[2:]), kwargs
+
+    def _timed_closure(self, closure: Callable[[], Any]) -> Callable[[], Any]:
+        recorder = self.recorder
+
+        def srifty_timed_closure() -> Any:
+            outer = recorder._in_closure
+            start = recorder.clock.mark()
+            recorder._in_closure = True
+            try:
+                return closure()
+            finally:
+                recorder._in_closure = outer
+                end = recorder.clock.mark()
+                recorder._closure_s += recorder.clock.seconds(end) - recorder.clock.seconds(start)
+
+        return srifty_timed_closure
 
     def on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         recorder = self.recorder
@@ -265,7 +291,9 @@ class DdpHooks:
         if recorder._step_started is None or recorder._open is None:
             return
         end = recorder.clock.mark()
-        recorder._open.optimizer_s += recorder.clock.seconds(end) - recorder.clock.seconds(recorder._step_started)
+        step_s = recorder.clock.seconds(end) - recorder.clock.seconds(recorder._step_started)
+        recorder._open.optimizer_s += max(0.0, step_s - recorder._closure_s)
+        recorder._closure_s = 0.0
         recorder._open.steps += 1
         recorder._open.stepped.add(id(optimizer))
         recorder._recent_steps.append(id(optimizer))

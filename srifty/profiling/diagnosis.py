@@ -1,7 +1,7 @@
 """Why a profiling run failed, in words a user can act on: interrupted, hung at start-up or
 mid-run (and where each rank waited), past the time cap, a rank's exception (out of memory, a GPU
 or NCCL the machine lacks, workers sharing a GPU, a script that launches itself where torchrun has,
-a command line the script's argparse refused, or the first error that is not a peer's dropped
+a command line the script's argparse refused, a Lightning Trainer set for other workers, or the first error that is not a peer's dropped
 connection, with where it was raised when it has no message), a worker killed by the kernel, or a
 script that never completed an iteration (no forward through DDP, no backward, no optimizer step).
 """
@@ -131,6 +131,14 @@ NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are 
                 "processgroupnccl is only supported with gpus", "cuda driver initialization failed")
 
 
+# what PyTorch Lightning says where its Trainer's devices and nodes are not torchrun's workers, and
+# the Trainer's arguments that take them from torchrun
+LIGHTNING_WORLD = "in Lightning, but the product"
+LIGHTNING_FROM_TORCHRUN = ('L.Trainer(devices=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), '
+                           'num_nodes=int(os.environ.get("WORLD_SIZE", 1)) // int(os.environ.get("LOCAL_WORLD_SIZE", '
+                           '1)), strategy="ddp", ...)')
+
+
 def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome) -> ProfilingFailed:
     script = request.script or "the job"
     peer_words = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "gloo", "nccl", "socket")
@@ -169,6 +177,14 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
                 "int(os.environ['LOCAL_RANK'])`, `torch.cuda.set_device(local_rank)` and DDP(model, "
                 "device_ids=[local_rank]); a script written for torch.distributed.launch that reads a --local_rank "
                 "argument gets its default in every worker, as torchrun passes no such argument.",
+            )
+        if LIGHTNING_WORLD in text:
+            return ProfilingFailed(
+                f"Rank {rank} of {script} stopped where Lightning's Trainer was set for another number of workers "
+                f"than torchrun started: {sentence(first_line)}",
+                "srifty starts --nproc workers on each host under torchrun, as a recommended plan does on each "
+                f"node of its size; let the Trainer take both from torchrun: {LIGHTNING_FROM_TORCHRUN} "
+                "(docs/profiling.md, *Trainers*).",
             )
         if any(w in text.lower() for w in NO_GPU_WORDS):
             return ProfilingFailed(

@@ -119,6 +119,10 @@ class Recorder:
         self._open: _OpenIteration | None = None
         self._step_started: Any = None
         self._fwd_started: Any = None
+        # a closure the optimizer step calls (``optimizer.step(closure)``, as PyTorch Lightning
+        # steps): whether it runs, and the seconds it ran within the open step (DdpHooks.on_step_pre)
+        self._in_closure = False
+        self._closure_s = 0.0
         self._lock = threading.RLock()  # re-entrant: the SIGTERM handler (srifty.profiling.worker) flushes
         self._dirty = True
         self._flusher: threading.Thread | None = None
@@ -158,10 +162,12 @@ class Recorder:
         """The phase of the iteration the worker is in (srifty.profiling.opcount.PHASES)."""
         if self._in_backward:
             return "backward"
-        if self._step_started is not None:
-            return "optimizer"
         if self._fwd_started is not None:
             return "forward"
+        if self._in_closure:  # the loss, zero_grad: what runs between forward and backward
+            return "other"
+        if self._step_started is not None:
+            return "optimizer"
         if self._open is not None and self._open.step_end is not None:
             return "input"
         return "other"
