@@ -393,7 +393,8 @@ def test_a_step_through_a_closure_times_its_forward_and_backward_as_such(tmp_pat
     for form in ("closure", "plain"):
         out = tmp_path / f"{form}.json"
         args = ["--", "--plain"] if form == "plain" else []
-        res = run_srifty("profile", str(SCRIPTS / "closure_step.py"), *QUICK, "--out", str(out), *args)
+        res = run_srifty("profile", str(SCRIPTS / "closure_step.py"), "--nproc", "2", "--max-seconds", "3",
+                         "--min-iterations", "8", "--out", str(out), *args)
         assert res.returncode == 0, res.stderr
         doc = json.loads(out.read_text())
         ops[form] = {k: v for k, v in doc["job"]["operators"]["phases"].items() if k in ("forward", "backward", "optimizer")}
