@@ -128,7 +128,8 @@ def test_interrupted_emulated_run_leaves_nothing(tmp_path: Path, no_orphans, sig
 
 def test_a_mixed_plan_launches_with_a_batch_per_host_type(tmp_path: Path, no_orphans) -> None:
     """`srifty launch DIR --backend emulated` runs a plan of a mix: each host type trains at the
-    plan's per-worker batch, and the measured step is set against the plan's prediction."""
+    plan's per-worker batch, here given as the script's own option (`profile --batch-arg`), and the
+    measured step is set against the plan's prediction."""
     from srifty.catalog import Catalog
     from srifty.plan import make_plan, write_plan
     from srifty.solver import Recommendation
@@ -139,7 +140,8 @@ def test_a_mixed_plan_launches_with_a_batch_per_host_type(tmp_path: Path, no_orp
                          interval_ms=(30.0, 90.0), throughput_samples_per_s=2560.0,
                          raw_throughput_samples_per_s=2560.0, usd_per_hour=0.65, usd_per_million_samples=0.07,
                          interruptions_per_hour=0.0, source="predicted", mixed=True)
-    plan = make_plan("mlp_recsys", "examples/mlp_recsys.py", [], row, 1, None, cat)
+    script = "tests/scripts/batch_option.py"  # reads --per_device_train_batch_size alone
+    plan = make_plan("batch_option", script, [], row, 1, None, cat, batch_arg="--per_device_train_batch_size")
     write_plan(plan, tmp_path)
     assert plan.emulated and not (tmp_path / "sky.yaml").exists()
     res = _srifty("launch", str(tmp_path), "--backend", "emulated", "--spec", FAST_SPEC, "--max-seconds", "3",
@@ -154,4 +156,4 @@ def test_a_mixed_plan_launches_with_a_batch_per_host_type(tmp_path: Path, no_orp
     assert report["measured_ms"] == pytest.approx(measured) and report["global_batch"] == 128
     assert report["inside"] == (30.0 <= measured <= 90.0)
     assert report["measured_samples_per_s"] == pytest.approx(128 / (measured / 1e3), rel=1e-3)
-    no_orphans(str(EXAMPLES / "mlp_recsys.py"))
+    no_orphans(script)
