@@ -378,6 +378,15 @@ def test_a_script_s_own_batch_option_is_given_the_batch_and_so_is_its_plan(tmp_p
                          timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert "trained at a per-worker batch of 20" in ran.stdout
+    # without --batch-arg the script trains at its own option's batch, and the warning says how to give it ours
+    res = run_srifty("profile", str(SCRIPTS / "batch_option.py"), *QUICK, "--batch-size", "12",
+                     "--out", str(tmp_path / "ignored.json"), "--", "--per_device_train_batch_size", "8", "--steps", "30")
+    assert res.returncode == 0, res.stderr
+    doc = profile_mod.load(tmp_path / "ignored.json").doc
+    assert doc["job"]["local_batch_size"] == 8
+    assert any(w.startswith("--batch-size 12 was requested but the model saw batches of 8: the script does not read "
+                            "SRIFTY_BATCH_SIZE (give the script's own option for its batch with --batch-arg")
+               for w in doc["warnings"]), doc["warnings"]
     for bad, said in ((["--batch-size", "12", "--batch-arg", "per_device_train_batch_size"],
                        "--batch-arg takes the script's option for its per-worker batch"),
                       (["--batch-arg=--per_device_train_batch_size"], "and no --batch-size was given")):

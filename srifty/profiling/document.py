@@ -105,9 +105,13 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
     if request.batch_size and detected and detected // passes != request.batch_size:
         warnings.append(
             f"--batch-size {request.batch_size} was requested but the model saw batches of {detected // passes}: "
-            "the script does not read SRIFTY_BATCH_SIZE (or --batch-size); the profile records the batch it saw "
-            "(the first dimension of the model's first input, the second where a recurrent or attention "
-            "layer inside takes its input sequence first, or the length of a list of images)."
+            + (f"the script does not train at the batch its {request.batch_arg} option was given"
+               if request.batch_arg else
+               "the script does not read SRIFTY_BATCH_SIZE (give the script's own option for its batch with "
+               "--batch-arg, as --batch-arg=--per_device_train_batch_size for a HuggingFace script)")
+            + "; the profile records the batch it saw (the first dimension of the model's first input, the second "
+            "where a recurrent or attention layer inside takes its input sequence first, or the length of a list "
+            "of images)."
         )
     ddp_models = max((int(r.get("ddp_models") or 0) for r in ranks), default=0)
     allreduced = most_iterations(ranks, "allreduced_bytes")
