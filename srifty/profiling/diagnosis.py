@@ -1,9 +1,10 @@
 """Why a profiling run failed, in words a user can act on: interrupted, hung at start-up or
 mid-run (and where each rank waited), past the time cap, a rank's exception (out of memory, a GPU
 or NCCL the machine lacks, workers sharing a GPU, a script that launches itself where torchrun has,
-a command line the script's argparse refused, a Lightning Trainer set for other workers, or the first error that is not a peer's dropped
-connection, with where it was raised when it has no message), a worker killed by the kernel, or a
-script that never completed an iteration (no forward through DDP, no backward, no optimizer step).
+a command line the script's argparse refused, a Lightning Trainer set for other workers, or the
+first error that is not a peer's dropped connection, with where it was raised when it has no
+message), a worker killed by the kernel, or a script that never completed an iteration (no forward
+through DDP, no backward, no optimizer step).
 """
 
 from __future__ import annotations
