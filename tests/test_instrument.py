@@ -235,6 +235,27 @@ def test_an_exception_without_a_message_is_told_where_it_was_raised(tmp_path: Pa
     assert "failed with AssertionError: shapes differ. Fix the script" in said("shapes differ")
 
 
+def test_a_refused_command_line_is_quoted_only_for_the_exit_it_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What argparse refused is quoted for the exit it raised; a script that catches that exit (to
+    fall back on defaults) and later exits for another reason is told what it printed then."""
+    import argparse
+
+    from srifty.profiling.instrument import watch_usage_errors
+
+    monkeypatch.setattr(argparse.ArgumentParser, "error", argparse.ArgumentParser.error)  # restored after
+    rec = Recorder(WorkerSettings(out_dir=str(tmp_path)))
+    watch_usage_errors(rec)
+    parser = argparse.ArgumentParser(prog="train.py")
+    parser.add_argument("--data", required=True)
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args([])
+    rec.record_error(refused.value)
+    assert rec.error["message"] == "train.py: error: the following arguments are required: --data"
+    rec.record_error(SystemExit(3), printed="loading /data\n/data: no such data set\n")
+    assert rec.error["message"] == "exit status 3 after printing: loading /data / /data: no such data set"
+
+
 def test_a_lightning_trainer_set_for_other_workers_is_told_to_take_torchrun_s() -> None:
     """PyTorch Lightning refuses to train where its Trainer's devices times nodes is not torchrun's
     world size (its message below, as Lightning 2.6 raised it under `srifty profile --nproc 2`): the

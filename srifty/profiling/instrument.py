@@ -87,6 +87,21 @@ def sync_batchnorm_check(self: DistributedDataParallel, module: nn.Module) -> No
         _ORIGINAL_SYNC_BATCHNORM_CHECK(self, module)
 
 
+def watch_usage_errors(recorder: Recorder) -> None:
+    """Keep what the script's argparse refuses (``recorder.usage_error``) with the very exit it
+    raises, which the error then quotes: a script may catch that exit and go on to another."""
+    original = argparse.ArgumentParser.error
+
+    def usage_error(parser: argparse.ArgumentParser, message: str) -> Any:
+        try:
+            return original(parser, message)
+        except SystemExit as exc:
+            recorder.usage_error = (exc, f"{parser.prog}: error: {message}")
+            raise
+
+    argparse.ArgumentParser.error = usage_error  # type: ignore[method-assign]
+
+
 def install(settings: WorkerSettings) -> Recorder:
     """Patch DDP, autograd and the optimizer so that ``settings``' recorder sees them."""
     global _ACTIVE
@@ -119,13 +134,7 @@ def install(settings: WorkerSettings) -> Recorder:
         return _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK(self, comm_hook_type)
 
     selflaunch.guard(settings)
-    original_usage_error = argparse.ArgumentParser.error
-
-    def usage_error(parser: argparse.ArgumentParser, message: str) -> Any:
-        recorder.usage_error = f"{parser.prog}: error: {message}"
-        return original_usage_error(parser, message)
-
-    argparse.ArgumentParser.error = usage_error  # type: ignore[method-assign]
+    watch_usage_errors(recorder)
 
     nn.SyncBatchNorm.forward = sync_batchnorm_forward  # type: ignore[method-assign]
     if _ORIGINAL_SYNC_BATCHNORM_CHECK is not None:

@@ -111,7 +111,8 @@ class Recorder:
         self.explicit = False
         self.stop_reason: str | None = None
         self.error: dict[str, Any] | None = None
-        self.usage_error: str | None = None  # what the script's argparse refused, before it exits
+        # the exit the script's argparse raised where it refused the command line, and what it refused
+        self.usage_error: tuple[BaseException, str] | None = None
         self.stop_at: int | None = None
         self.measure_started_host: float | None = None
         self.current_rel_ci: float | None = None
@@ -389,8 +390,9 @@ class Recorder:
         if isinstance(exc, SystemExit) and isinstance(exc.code, int):
             # what argparse refused, else the last lines the script printed
             last = [line for line in printed.strip().splitlines() if line.strip()][-3:]
-            message = self.usage_error or (f"exit status {exc.code} after printing: " + " / ".join(last) if last
-                                           else f"exit status {exc.code}")
+            refused = self.usage_error[1] if self.usage_error and self.usage_error[0] is exc else None
+            message = refused or (f"exit status {exc.code} after printing: " + " / ".join(last) if last
+                                  else f"exit status {exc.code}")
         self.error = {
             "type": type(exc).__name__,
             "message": message[:4000],
