@@ -333,6 +333,41 @@ def test_a_run_that_hangs_at_start_up_says_where_it_waits() -> None:
     assert str(failure).startswith(f"t.py made no training iteration within 180 s of starting ({where}); ")
 
 
+def test_lightning_s_spawning_strategy_is_told_to_take_torchrun_s_workers() -> None:
+    """Lightning's ddp_spawn strategy starts its workers with torch.multiprocessing.start_processes,
+    which in a profiled worker raises at once: the error names the strategy and the one that takes
+    torchrun's workers, where a script's own spawn is told to call its worker function instead."""
+    import torch.multiprocessing as torch_mp
+
+    from srifty.profiling.diagnosis import worker_error
+    from srifty.profiling.request import ProfileRequest
+    from srifty.profiling.selflaunch import LightningStartsItsOwnWorkers, ScriptStartsItsOwnWorkers, \
+        refuse_own_workers
+    from srifty.profiling.supervisor import RunOutcome
+
+    def _wrapping_function(rank: int) -> None:  # as Lightning's launcher names what it spawns
+        pass
+
+    def demo_basic(rank: int) -> None:
+        pass
+
+    _wrapping_function.__module__ = "lightning.pytorch.strategies.launchers.multiprocessing"
+    refuse = refuse_own_workers(torch_mp.start_processes)
+    said = {}
+    for fn, kind in ((_wrapping_function, LightningStartsItsOwnWorkers), (demo_basic, ScriptStartsItsOwnWorkers)):
+        with pytest.raises(kind) as raised:
+            refuse(fn, nprocs=2)
+        error = {"type": type(raised.value).__name__, "message": str(raised.value)}
+        said[fn.__name__] = str(worker_error(ProfileRequest(script="pl.py"), [(0, error)],
+                                             RunOutcome([1, 1], None, 3.0, "")))
+    assert said["_wrapping_function"].startswith(
+        "pl.py starts its own workers with torch.multiprocessing.start_processes(_wrapping_function, nprocs=2), "
+        "through Lightning's spawning strategy (ddp_spawn); ")
+    assert 'Give the Trainer strategy="ddp", which takes the workers torchrun started' in said["_wrapping_function"]
+    assert "call demo_basic once in place of the spawn" in said["demo_basic"]
+    assert "Lightning" not in said["demo_basic"]
+
+
 def test_a_rendezvous_of_the_script_s_own_is_told_apart_from_torchrun_s() -> None:
     """Under torchrun (its workers join its store) a MASTER_PORT or a tcp:// init_method at another
     port than torchrun's is the script's own; torchrun's port, env://, or a run not under torchrun's

@@ -93,6 +93,14 @@ def other_parallelism(script: str | None) -> str | None:
     return next((name for word, name in OTHER_PARALLELISM if word in source), None)
 
 
+# what PyTorch Lightning says where its Trainer's devices and nodes are not torchrun's workers, and
+# the Trainer's arguments that take them from torchrun
+LIGHTNING_WORLD = "in Lightning, but the product"
+LIGHTNING_FROM_TORCHRUN = ('L.Trainer(devices=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), '
+                           'num_nodes=int(os.environ.get("WORLD_SIZE", 1)) // int(os.environ.get("LOCAL_WORLD_SIZE", '
+                           '1)), strategy="ddp", ...)')
+
+
 # what a rank's error is called where the script launches itself as torchrun has
 # (srifty.profiling.selflaunch), and what to change
 UNDER_TORCHRUN = "Where torchrun started the script (\"LOCAL_RANK\" in os.environ)"
@@ -102,6 +110,10 @@ TORCHRUN_RENDEZVOUS = ("give init_process_group no rendezvous of its own (MASTER
 SELF_LAUNCH = {  # the error's name: what the script did, and what would follow under torchrun
     "ScriptStartsItsOwnWorkers": (
         "starts its own workers with {message}, as PyTorch's DDP tutorial does",
+        "torchrun has started the workers already (spawned again, they would set up a process group of their own "
+        "and hang)"),
+    "LightningStartsItsOwnWorkers": (
+        "starts its own workers with {message}, through Lightning's spawning strategy (ddp_spawn)",
         "torchrun has started the workers already (spawned again, they would set up a process group of their own "
         "and hang)"),
     "ScriptSetsItsOwnRendezvous": (
@@ -117,6 +129,11 @@ def self_launch(script: str, err: dict[str, Any]) -> ProfilingFailed:
     did, follows = SELF_LAUNCH[err["type"]]
     what = (f"{script} {did.format(message=err['message'])}; srifty runs it under torchrun, as a recommended plan "
             "does across nodes")
+    if err["type"] == "LightningStartsItsOwnWorkers":
+        return ProfilingFailed(f"{what}, and {follows}.",
+                               f"Give the Trainer strategy=\"ddp\", which takes the workers torchrun started, and "
+                               f"devices and num_nodes from torchrun: {LIGHTNING_FROM_TORCHRUN} (docs/profiling.md, "
+                               "*Trainers*).")
     if err["type"] == "ScriptStartsItsOwnWorkers":
         worker = (re.findall(r"\((\w+)", err["message"]) or ["the worker function"])[0]
         return ProfilingFailed(
@@ -130,14 +147,6 @@ def self_launch(script: str, err: dict[str, Any]) -> ProfilingFailed:
 # what torch says when a script asks for CUDA or NCCL on a machine (or a build) without them
 NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are available", "nccl built in",
                 "processgroupnccl is only supported with gpus", "cuda driver initialization failed")
-
-
-# what PyTorch Lightning says where its Trainer's devices and nodes are not torchrun's workers, and
-# the Trainer's arguments that take them from torchrun
-LIGHTNING_WORLD = "in Lightning, but the product"
-LIGHTNING_FROM_TORCHRUN = ('L.Trainer(devices=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), '
-                           'num_nodes=int(os.environ.get("WORLD_SIZE", 1)) // int(os.environ.get("LOCAL_WORLD_SIZE", '
-                           '1)), strategy="ddp", ...)')
 
 
 def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome) -> ProfilingFailed:

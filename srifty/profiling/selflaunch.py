@@ -5,8 +5,8 @@ worker, each of these raises at once (:func:`guard`), and srifty.profiling.diagn
 exception into the error that says what to change:
 
 - ``torch.multiprocessing.spawn`` or ``start_processes``: the script starts workers of its own
-  (PyTorch's DDP tutorial); spawned again, they would set up a process group of their own and
-  hang (:class:`ScriptStartsItsOwnWorkers`);
+  (PyTorch's DDP tutorial, or Lightning's ``ddp_spawn`` strategy); spawned again, they would set up
+  a process group of their own and hang (:class:`ScriptStartsItsOwnWorkers`);
 - ``torch.distributed.init_process_group`` after the script set a rendezvous of its own, a
   ``MASTER_PORT`` or a ``tcp://`` init_method at another port than torchrun's: under torchrun the
   workers join torchrun's store there, and would wait for a server nobody runs until the start-up
@@ -41,6 +41,10 @@ class ScriptStartsItsOwnWorkers(ScriptLaunchesItself):
     pass
 
 
+class LightningStartsItsOwnWorkers(ScriptStartsItsOwnWorkers):
+    """PyTorch Lightning's spawning strategies (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``)."""
+
+
 class ScriptSetsItsOwnRendezvous(ScriptLaunchesItself):
     pass
 
@@ -49,10 +53,12 @@ class ScriptSetsItsOwnWorld(ScriptLaunchesItself):
     pass
 
 
-def _refuse_own_workers(original: Callable[..., Any]) -> Callable[..., Any]:
+def refuse_own_workers(original: Callable[..., Any]) -> Callable[..., Any]:
     def own_workers(fn: Callable[..., Any], args: Any = (), nprocs: int = 1, *rest: Any, **kwargs: Any) -> Any:
-        raise ScriptStartsItsOwnWorkers(
-            f"torch.multiprocessing.{original.__name__}({getattr(fn, '__name__', 'fn')}, nprocs={nprocs})")
+        spawned = f"torch.multiprocessing.{original.__name__}({getattr(fn, '__name__', 'fn')}, nprocs={nprocs})"
+        if str(getattr(fn, "__module__", "")).split(".")[0] in ("lightning", "pytorch_lightning"):
+            raise LightningStartsItsOwnWorkers(spawned)
+        raise ScriptStartsItsOwnWorkers(spawned)
 
     return own_workers
 
@@ -73,8 +79,8 @@ def own_rendezvous(torchrun_port: str | None, init_method: Any, env: dict[str, s
 
 def guard(settings: WorkerSettings) -> None:
     """Make spawning workers, and a rendezvous or a world of the script's own, raise at once."""
-    torch_mp.spawn = _refuse_own_workers(torch_mp.spawn)
-    torch_mp.start_processes = _refuse_own_workers(torch_mp.start_processes)
+    torch_mp.spawn = refuse_own_workers(torch_mp.spawn)
+    torch_mp.start_processes = refuse_own_workers(torch_mp.start_processes)
     torchrun_port = os.environ.get("MASTER_PORT")
     original = dist.init_process_group
 
