@@ -368,6 +368,28 @@ def test_lightning_s_spawning_strategy_is_told_to_take_torchrun_s_workers() -> N
     assert "Lightning" not in said["demo_basic"]
 
 
+def test_other_parallelism_is_named_from_the_script_or_its_trainer_s_options(tmp_path: Path) -> None:
+    """Where a script runs no DDP forward, the error names what it trains with instead: read off its
+    source (its own FSDP, a Lightning strategy) or its arguments (HuggingFace Trainer's --fsdp and
+    --deepspeed); a DDP script's names are none of them."""
+    from srifty.profiling.diagnosis import other_parallelism
+
+    def named(source: str, *args: str) -> str | None:
+        script = tmp_path / "train.py"
+        script.write_text(source)
+        return other_parallelism(str(script), args)
+
+    assert named("model = fully_shard(model)") == "FSDP2 (fully_shard)"
+    assert named("trainer = L.Trainer(devices=2, strategy='fsdp')") == "FSDP (Lightning's fsdp strategy)"
+    assert named("trainer = L.Trainer(strategy=\"deepspeed_stage_2\")") == "DeepSpeed"
+    assert named("Trainer(model=model, args=args).train()", "--output_dir", "out", "--fsdp", "full_shard") == \
+        "FSDP (HuggingFace Trainer's --fsdp)"
+    assert named("Trainer(model=model, args=args).train()", "--deepspeed", "ds.json") == "DeepSpeed"
+    assert named("from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)",
+                 "--fsdp_min_num_params", "0") is None
+    assert other_parallelism(str(tmp_path / "gone.py"), ("--fsdp", "full_shard")) == "FSDP (HuggingFace Trainer's --fsdp)"
+
+
 def test_a_rendezvous_of_the_script_s_own_is_told_apart_from_torchrun_s() -> None:
     """Under torchrun (its workers join its store) a MASTER_PORT or a tcp:// init_method at another
     port than torchrun's is the script's own; torchrun's port, env://, or a run not under torchrun's

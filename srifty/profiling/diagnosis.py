@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from srifty.errors import ProfilingFailed, sentence
 from srifty.profiling import stacks
@@ -60,13 +60,14 @@ def diagnose_failure(
                 reason = f"the script ran {r0['forward_calls']} forward passes but never called backward()"
             elif not r0.get("forward_calls") and not r0.get("explicit_api"):
                 reason = "the script never ran a forward pass through a DistributedDataParallel model"
-                if other := other_parallelism(request.script):
+                if other := other_parallelism(request.script, request.script_args):
                     return ProfilingFailed(
                         f"Nothing to measure in {script}: it trains with {other}, not DistributedDataParallel.",
                         "srifty profiles and predicts data parallelism with DDP (every worker holds the whole "
                         "model and allreduces its gradients); sharded or model-parallel training communicates "
                         "otherwise and is not predicted. Wrap the model in torch.nn.parallel."
-                        "DistributedDataParallel to profile it as DDP training.",
+                        "DistributedDataParallel to profile it as DDP training (with Lightning, strategy=\"ddp\"; "
+                        "with HuggingFace's Trainer, no --fsdp or --deepspeed).",
                     )
             elif r0.get("forward_calls") and r0.get("backward_calls") and not r0.get("step_calls"):
                 reason = "the script ran forward and backward but never an optimizer step()"
@@ -78,19 +79,25 @@ def diagnose_failure(
     return None
 
 
-# what a script that trains without DDP calls instead (in its source), and its name in an error
-OTHER_PARALLELISM = (("FullyShardedDataParallel", "FSDP (FullyShardedDataParallel)"),
-                     ("fully_shard", "FSDP2 (fully_shard)"), ("deepspeed", "DeepSpeed"),
-                     ("nn.DataParallel", "torch.nn.DataParallel (one process, several GPUs)"))
+# what a script that trains without DDP calls or asks for instead (in its source or its arguments:
+# a Lightning strategy, HuggingFace Trainer's options), and its name in an error
+OTHER_PARALLELISM = ((r"FullyShardedDataParallel", "FSDP (FullyShardedDataParallel)"),
+                     (r"fully_shard", "FSDP2 (fully_shard)"),
+                     (r"strategy\s*=\s*[\"']fsdp|FSDPStrategy", "FSDP (Lightning's fsdp strategy)"),
+                     (r"(^|\s)--fsdp\b", "FSDP (HuggingFace Trainer's --fsdp)"),
+                     (r"deepspeed|DeepSpeed", "DeepSpeed"),
+                     (r"nn\.DataParallel", "torch.nn.DataParallel (one process, several GPUs)"))
 
 
-def other_parallelism(script: str | None) -> str | None:
-    """The other kind of parallel training ``script``'s source names, where it names one."""
+def other_parallelism(script: str | None, script_args: Sequence[str] = ()) -> str | None:
+    """The other kind of parallel training ``script``'s source or its arguments name, where they
+    name one."""
     try:
         source = Path(script).read_text(errors="replace") if script else ""
     except OSError:
-        return None
-    return next((name for word, name in OTHER_PARALLELISM if word in source), None)
+        source = ""
+    text = f"{source}\n{' '.join(script_args)}"
+    return next((name for pattern, name in OTHER_PARALLELISM if re.search(pattern, text)), None)
 
 
 # what PyTorch Lightning says where its Trainer's devices and nodes are not torchrun's workers, and
