@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from srifty.errors import SriftyError
-from srifty.plan import pass_batch, plan_efa_types
+from srifty.features.job import pass_batch
+from srifty.plan import plan_efa_types
 from srifty.profiling.emulated import hosts_arg
 from srifty.profiling.launcher import ProfileRequest, get_backend
 

@@ -23,6 +23,7 @@ from srifty.catalog import Catalog
 from srifty.configspec import ClusterConfig, parse_config
 from srifty.errors import SriftyError, sentence
 from srifty.features import hardware_of
+from srifty.features.job import pass_batch
 from srifty.features.memory import tight_notes
 from srifty.outputs import atomic_write_text
 
@@ -241,12 +242,6 @@ def whole_batches(split: dict[str, tuple[int, float]], global_batch: float) -> d
                key=lambda bs: (abs(sum(split[t][0] * b for t, b in zip(types, bs)) - global_batch),
                                sum(abs(b - split[t][1]) for t, b in zip(types, bs))))
     return dict(zip(types, best))
-
-
-def pass_batch(local_batch_size: int, passes: int) -> int:
-    """What a script reads as ``SRIFTY_BATCH_SIZE`` to train at ``local_batch_size`` per worker: that
-    batch, or one pass's share of it where it accumulates gradients over ``passes`` passes a step."""
-    return max(1, round(local_batch_size / passes))
 
 
 def node_file(node: PlannedNode) -> str:

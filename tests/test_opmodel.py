@@ -366,6 +366,24 @@ def test_recommend_says_what_would_measure_the_chosen_compute() -> None:
     assert advice["overlapping"] == expected
 
 
+def test_the_measurement_command_runs_the_job_as_it_was_profiled() -> None:
+    """The command that would measure the chosen row's compute runs the job as it was profiled: its
+    module, its own arguments and its option for the batch, at one pass's batch where the script
+    accumulates gradients (SRIFTY_BATCH_SIZE is one pass's: 96 samples a step over 4 passes is 24)."""
+    import dataclasses
+
+    from srifty.features.job import load_job
+    from srifty.solver.results import profile_command
+
+    job = load_job(CPU_CNN)
+    ec2 = "--backend ec2 --instance-types g5.xlarge"
+    assert profile_command(job, ec2, 32.0) == f"srifty profile examples/cnn_resnet.py {ec2} --batch-size 32"
+    hf = dataclasses.replace(job, module="mypkg.train", script_args=("--output_dir", "out dir"), accumulation=4,
+                             batch_arg="--per_device_train_batch_size")
+    assert profile_command(hf, ec2, 96.0) == (f"srifty profile -m mypkg.train {ec2} --batch-size 24 "
+                                              "--batch-arg=--per_device_train_batch_size -- --output_dir 'out dir'")
+
+
 def test_another_gpu_takes_the_spread_of_the_spec_ratio() -> None:
     # the operator model puts another GPU at its spec figures, no measured speed factors: its step
     # there misses as the spec ratio's transfers did (srifty/data/gpu_transfer_error.json)

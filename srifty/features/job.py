@@ -245,6 +245,12 @@ class JobProfile:
         return run.rel_ci if run.rel_ci is not None else 0.0
 
 
+def pass_batch(local_batch_size: int, passes: int) -> int:
+    """What a script reads as ``SRIFTY_BATCH_SIZE`` to train at ``local_batch_size`` per worker: that
+    batch, or one pass's share of it where it accumulates gradients over ``passes`` passes a step."""
+    return max(1, round(local_batch_size / passes))
+
+
 def _bytes_per_param(precision: str | None) -> int:
     return BYTES_PER_PARAM.get((precision or "fp32").lower(), 4)
 

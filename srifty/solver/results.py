@@ -14,6 +14,7 @@ the advice and AWS's spot placement scores.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -22,6 +23,7 @@ from srifty.capacity import SpotScore
 from srifty.catalog import Catalog
 from srifty.configspec import parse_config
 from srifty.features import hardware_of
+from srifty.features.job import pass_batch
 from srifty.profiling.ec2 import billed_hours
 from srifty.profiling.launcher import ProfileRequest
 from srifty.solver.constraints import Constraints, Objective
@@ -303,6 +305,18 @@ class NearTie:
         return {**_named(self.row, self.shown), "within": self.within, "sentence": self.sentence()}
 
 
+def profile_command(job: "JobProfile", options: str, local_batch: float) -> str:
+    """``srifty profile`` with ``options`` of the job as it was profiled (its script or module, its
+    own arguments, its option for the batch) at ``local_batch`` per worker: one pass's batch where
+    the script accumulates gradients, as the script reads it."""
+    target = f"-m {shlex.quote(job.module)}" if job.module else shlex.quote(job.script or "SCRIPT")
+    batch = f" --batch-size {pass_batch(round(local_batch), job.accumulation)}" if local_batch >= 1 else ""
+    if batch and job.batch_arg:
+        batch += f" --batch-arg={shlex.quote(job.batch_arg)}"
+    args = " -- " + " ".join(map(shlex.quote, job.script_args)) if job.script_args else ""
+    return f"srifty profile {target} {options}{batch}{args}"
+
+
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
     """The one measurement that would make the chosen row's compute measured, or where it is, the
     network between its nodes where that is a prior (of a mix, the first such type's that srifty's
@@ -315,8 +329,7 @@ def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> Mea
     if chosen.source == "transferred" and unprofiled:
         itype = unprofiled[0]
         batch = chosen.batch_split[itype]
-        command = (f"srifty profile {job.script or 'SCRIPT'} --backend ec2 --instance-types {itype}"
-                   + (f" --batch-size {batch:.0f}" if batch >= 1 else ""))
+        command = profile_command(job, f"--backend ec2 --instance-types {itype}", batch)
         part, instances, hours = MeasuredPart.COMPUTE, 1, billed_hours(ProfileRequest(script=job.script))
     elif chosen.nodes > 1 and chosen.network_prior_types:
         efa = [t for t in chosen.network_prior_types if hardware_of(catalog, t).inter_kind == "efa"]
