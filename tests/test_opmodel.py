@@ -303,7 +303,7 @@ def test_a_cpu_profile_goes_to_a_gpu_through_the_operator_model(itype: str, batc
         assert "none on A10G" in res.stderr and hi / ms > math.exp(shipped_q95())
     # away from the profiled batch the interval also reaches the input window as profiled
     assert ("reaching the step with the host's input window as profiled" in res.stderr) == (batch != 32)
-    assert ("srifty profile examples/cnn_resnet.py --batch-size 32,512 --out DIR/" in res.stderr) == (batch == 512)
+    assert ("srifty profile examples/cnn_resnet.py --out DIR/ --batch-size 32,512`" in res.stderr) == (batch == 512)
     if batch != 32:
         assert lo / ms < _expected_step(CPU_CNN, itype, 32)[1][0] / _expected_step(CPU_CNN, itype, 32)[0]
 
@@ -369,11 +369,11 @@ def test_recommend_says_what_would_measure_the_chosen_compute() -> None:
 def test_the_measurement_command_runs_the_job_as_it_was_profiled() -> None:
     """The command that would measure the chosen row's compute runs the job as it was profiled: its
     module, its own arguments and its option for the batch, at one pass's batch where the script
-    accumulates gradients (SRIFTY_BATCH_SIZE is one pass's: 96 samples a step over 4 passes is 24)."""
+    accumulates gradients (SRIFTY_BATCH_SIZE is one pass's: 96 samples a step over 4 passes is 24),
+    a whole number of samples."""
     import dataclasses
 
-    from srifty.features.job import load_job
-    from srifty.solver.results import profile_command
+    from srifty.features.job import load_job, profile_command
 
     job = load_job(CPU_CNN)
     ec2 = "--backend ec2 --instance-types g5.xlarge"
@@ -382,6 +382,10 @@ def test_the_measurement_command_runs_the_job_as_it_was_profiled() -> None:
                              batch_arg="--per_device_train_batch_size")
     assert profile_command(hf, ec2, 96.0) == (f"srifty profile -m mypkg.train {ec2} --batch-size 24 "
                                               "--batch-arg=--per_device_train_batch_size -- --output_dir 'out dir'")
+    # two batches, as the note on the host's input window suggests: whole ones, each one pass's
+    assert profile_command(hf, "--out DIR/", 128.0, 42.6667) == (
+        "srifty profile -m mypkg.train --out DIR/ --batch-size 11,32 --batch-arg=--per_device_train_batch_size "
+        "-- --output_dir 'out dir'")
 
 
 def test_another_gpu_takes_the_spread_of_the_spec_ratio() -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 from srifty.errors import SriftyError
 from srifty.features.hardware import Hardware, both_measured, hardware_of, transfer_speeds
 from srifty.features.curve import ComputeCurve
-from srifty.features.job import JobProfile
+from srifty.features.job import JobProfile, profile_command
 from srifty.features.links import LinkScale
 from srifty.features.notes import readable_ms
 from srifty.opmodel import GpuStepModel, StepTerms, shipped_step_model
@@ -178,8 +178,8 @@ class WorkerCompute:
                 + ("" if gpu in self.step_model.gpus else f", none on {gpu}") +
                 f"): the interval spans x{low:.2f} to x{high:.2f} of it"
                 + (f", reaching the step with the host's input window as profiled, not per sample (x{window:.2f}): "
-                   f"profiles at two batches measure how it grows (`srifty profile {self.job.script or 'SCRIPT'} "
-                   f"--batch-size {self._profiled_batch()},{batch:g} --out DIR/`)"
+                   "profiles at two batches measure how it grows "
+                   f"(`{profile_command(self.job, '--out DIR/', self._profiled_batch(), batch)}`)"
                    if abs(math.log(window)) > 0.02 else "")
                 + f"; profile on {instance_type} for a measured figure")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -249,6 +250,19 @@ def pass_batch(local_batch_size: int, passes: int) -> int:
     """What a script reads as ``SRIFTY_BATCH_SIZE`` to train at ``local_batch_size`` per worker: that
     batch, or one pass's share of it where it accumulates gradients over ``passes`` passes a step."""
     return max(1, round(local_batch_size / passes))
+
+
+def profile_command(job: JobProfile, options: str, *local_batches: float) -> str:
+    """``srifty profile`` with ``options`` of the job as it was profiled (its script or module, its
+    own arguments, its option for the batch) at each of ``local_batches`` per worker: one pass's
+    batch where the script accumulates gradients, as the script reads it."""
+    batches = sorted({pass_batch(round(b), job.accumulation) for b in local_batches if b >= 1})
+    target = f"-m {shlex.quote(job.module)}" if job.module else shlex.quote(job.script or "SCRIPT")
+    batch = f" --batch-size {','.join(map(str, batches))}" if batches else ""
+    if batch and job.batch_arg:
+        batch += f" --batch-arg={shlex.quote(job.batch_arg)}"
+    args = " -- " + " ".join(map(shlex.quote, job.script_args)) if job.script_args else ""
+    return f"srifty profile {target} {options}{batch}{args}"
 
 
 def _bytes_per_param(precision: str | None) -> int:

@@ -14,7 +14,6 @@ the advice and AWS's spot placement scores.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -23,7 +22,7 @@ from srifty.capacity import SpotScore
 from srifty.catalog import Catalog
 from srifty.configspec import parse_config
 from srifty.features import hardware_of
-from srifty.features.job import pass_batch
+from srifty.features.job import profile_command
 from srifty.profiling.ec2 import billed_hours
 from srifty.profiling.launcher import ProfileRequest
 from srifty.solver.constraints import Constraints, Objective
@@ -303,18 +302,6 @@ class NearTie:
 
     def to_dict(self) -> dict[str, Any]:
         return {**_named(self.row, self.shown), "within": self.within, "sentence": self.sentence()}
-
-
-def profile_command(job: "JobProfile", options: str, local_batch: float) -> str:
-    """``srifty profile`` with ``options`` of the job as it was profiled (its script or module, its
-    own arguments, its option for the batch) at ``local_batch`` per worker: one pass's batch where
-    the script accumulates gradients, as the script reads it."""
-    target = f"-m {shlex.quote(job.module)}" if job.module else shlex.quote(job.script or "SCRIPT")
-    batch = f" --batch-size {pass_batch(round(local_batch), job.accumulation)}" if local_batch >= 1 else ""
-    if batch and job.batch_arg:
-        batch += f" --batch-arg={shlex.quote(job.batch_arg)}"
-    args = " -- " + " ".join(map(shlex.quote, job.script_args)) if job.script_args else ""
-    return f"srifty profile {target} {options}{batch}{args}"
 
 
 def measurement_advice(result: "Result", job: "JobProfile", catalog: Any) -> MeasurementAdvice | None:
