@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 pytestmark = pytest.mark.slow
 
 QUICK = ["--nproc", "2", "--max-seconds", "6", "--min-iterations", "8"]
+FAST = ["--nproc", "2", "--max-seconds", "3", "--min-iterations", "8"]  # a small model's many quick steps
 
 
 @pytest.fixture(scope="module")
@@ -402,8 +403,7 @@ def test_a_step_through_a_closure_times_its_forward_and_backward_as_such(tmp_pat
     for form in ("closure", "plain"):
         out = tmp_path / f"{form}.json"
         args = ["--", "--plain"] if form == "plain" else []
-        res = run_srifty("profile", str(SCRIPTS / "closure_step.py"), "--nproc", "2", "--max-seconds", "3",
-                         "--min-iterations", "8", "--out", str(out), *args)
+        res = run_srifty("profile", str(SCRIPTS / "closure_step.py"), *FAST, "--out", str(out), *args)
         assert res.returncode == 0, res.stderr
         doc = json.loads(out.read_text())
         ops[form] = {k: v for k, v in doc["job"]["operators"]["phases"].items() if k in ("forward", "backward", "optimizer")}
@@ -553,12 +553,16 @@ def test_script_that_never_calls_backward(tmp_path: Path, no_orphans) -> None:
     no_orphans(str(SCRIPTS / "no_backward.py"))
 
 
-def test_script_that_trains_without_ddp_is_told_what_srifty_predicts(tmp_path: Path, no_orphans) -> None:
-    """A script that trains with another kind of parallelism (here nn.DataParallel; FSDP and
-    DeepSpeed alike) never runs a DDP forward: the error names what it uses and what to do."""
-    res = run_srifty("profile", str(SCRIPTS / "data_parallel.py"), *QUICK, "--out", str(tmp_path / "dp.json"))
-    _assert_clean_error(res, "it trains with torch.nn.DataParallel", "Wrap the model in torch.nn.parallel.")
-    no_orphans(str(SCRIPTS / "data_parallel.py"))
+@pytest.mark.parametrize("script, other", [("data_parallel.py", "torch.nn.DataParallel"),
+                                           ("fsdp_elsewhere.py", "FSDP2 (fully_shard)")])
+def test_script_that_trains_without_ddp_is_told_what_srifty_predicts(
+        tmp_path: Path, no_orphans, script: str, other: str) -> None:
+    """A script that trains with another kind of parallelism (nn.DataParallel; FSDP2, set up in a
+    module of its own that the script's source does not show; DeepSpeed alike) never runs a DDP
+    forward: the error names what it uses, as the workers saw it built, and what to do."""
+    res = run_srifty("profile", str(SCRIPTS / script), *QUICK, "--out", str(tmp_path / "other.json"))
+    _assert_clean_error(res, f"it trains with {other}", "Wrap the model in torch.nn.parallel.")
+    no_orphans(str(SCRIPTS / script))
 
 
 @pytest.mark.parametrize("mode, did", [

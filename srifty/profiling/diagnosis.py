@@ -15,6 +15,8 @@ from typing import Any, Sequence
 
 from srifty.errors import ProfilingFailed, sentence
 from srifty.profiling import stacks
+from srifty.profiling.otherparallel import KEY as OTHER_KEY
+from srifty.profiling.otherparallel import KINDS
 from srifty.profiling.request import ProfileRequest
 from srifty.profiling.supervisor import RunOutcome
 
@@ -60,7 +62,8 @@ def diagnose_failure(
                 reason = f"the script ran {r0['forward_calls']} forward passes but never called backward()"
             elif not r0.get("forward_calls") and not r0.get("explicit_api"):
                 reason = "the script never ran a forward pass through a DistributedDataParallel model"
-                if other := other_parallelism(request.script, request.script_args):
+                seen = next((KINDS.get(k) for r in ranks if (k := (r.get("model") or {}).get(OTHER_KEY))), None)
+                if other := seen or other_parallelism(request.script, request.script_args):
                     return ProfilingFailed(
                         f"Nothing to measure in {script}: it trains with {other}, not DistributedDataParallel.",
                         "srifty profiles and predicts data parallelism with DDP (every worker holds the whole "

@@ -11,7 +11,9 @@ recorder hooks into:
 - the global optimizer step pre/post hooks: optimizer time;
 - what a script does to launch itself, which torchrun has done (``selflaunch``: spawning its
   own workers, a rendezvous or a world of its own), which raises at once;
-- ``argparse.ArgumentParser.error``: what the script's arguments lacked, for the error.
+- ``argparse.ArgumentParser.error``: what the script's arguments lacked, for the error;
+- FSDP, FSDP2's ``fully_shard``, DeepSpeed and ``nn.DataParallel`` (``otherparallel``): training
+  that is not DDP, for the error where no DDP forward runs.
 
 An iteration runs from one DDP forward call to the next forward call that follows an
 optimizer step, so gradient accumulation (several forwards per step) is one iteration.
@@ -45,7 +47,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-from srifty.profiling import powersgd, selflaunch
+from srifty.profiling import otherparallel, powersgd, selflaunch
 from srifty.profiling.ddp_hooks import (
     _ORIGINAL_DDP_INIT,
     _ORIGINAL_REGISTER_BUILTIN_COMM_HOOK,
@@ -135,6 +137,7 @@ def install(settings: WorkerSettings) -> Recorder:
 
     selflaunch.guard(settings)
     watch_usage_errors(recorder)
+    otherparallel.watch(recorder.model)
 
     nn.SyncBatchNorm.forward = sync_batchnorm_forward  # type: ignore[method-assign]
     if _ORIGINAL_SYNC_BATCHNORM_CHECK is not None:
