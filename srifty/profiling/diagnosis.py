@@ -84,12 +84,10 @@ def diagnose_failure(
 
 # what a script that trains without DDP calls or asks for instead (in its source or its arguments:
 # a Lightning strategy, HuggingFace Trainer's options), and its name in an error
-OTHER_PARALLELISM = ((r"FullyShardedDataParallel", "FSDP (FullyShardedDataParallel)"),
-                     (r"fully_shard", "FSDP2 (fully_shard)"),
+OTHER_PARALLELISM = ((r"FullyShardedDataParallel", KINDS["fsdp"]), (r"fully_shard", KINDS["fully_shard"]),
                      (r"strategy\s*=\s*[\"']fsdp|FSDPStrategy", "FSDP (Lightning's fsdp strategy)"),
                      (r"(^|\s)--fsdp\b", "FSDP (HuggingFace Trainer's --fsdp)"),
-                     (r"deepspeed|DeepSpeed", "DeepSpeed"),
-                     (r"nn\.DataParallel", "torch.nn.DataParallel (one process, several GPUs)"))
+                     (r"deepspeed|DeepSpeed", KINDS["deepspeed"]), (r"nn\.DataParallel", KINDS["data_parallel"]))
 
 
 def other_parallelism(script: str | None, script_args: Sequence[str] = ()) -> str | None:
