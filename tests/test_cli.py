@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from srifty import __version__
 from srifty.cli import LAZY_COMMANDS, cli, main
 
-from conftest import PROFILES, run_srifty
+from conftest import PROFILES, ROOT, run_srifty
 
 
 def test_help_does_not_import_heavy_libraries() -> None:
@@ -29,6 +29,22 @@ def test_help_does_not_import_heavy_libraries() -> None:
     assert "HEAVY=\n" in res.stdout, res.stdout
     for name in ("profile", "show", *LAZY_COMMANDS):
         assert name in res.stdout
+
+
+def test_the_library_and_a_profile_s_launch_do_not_import_torch() -> None:
+    """Every command's process imports srifty.api, and `srifty profile` launches torchrun from its
+    own: neither pays torch's import (over a second here; the workers import it), which a module
+    of the profiling package imported at its top once made every command pay."""
+    code = (
+        "import sys\n"
+        "import srifty.api\n"
+        "from srifty.cli import main\n"
+        "try:\n    main(['profile', 'tests/scripts/needs_args.py', '--nproc', '2', '--dry-run'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('HEAVY=' + ','.join(m for m in ('torch', 'sklearn') if m in sys.modules))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "-m torch.distributed.run" in res.stdout and "HEAVY=\n" in res.stdout, res.stdout
 
 
 def test_version() -> None:

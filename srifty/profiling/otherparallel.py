@@ -20,8 +20,6 @@ import importlib.util
 import sys
 from typing import Any, Callable
 
-from torch import nn
-
 # what a worker notes, and its name in an error (srifty.profiling.diagnosis)
 KINDS = {
     "fsdp": "FSDP (FullyShardedDataParallel)",
@@ -93,6 +91,8 @@ def _patch_deepspeed(model: dict[str, Any]) -> None:
 
 def watch(model: dict[str, Any]) -> None:
     """Note in ``model`` the first training that is not DDP the worker builds."""
+    from torch import nn  # here, in the worker: the CLI reads KINDS and must not pay torch's import
+
     nn.DataParallel.__init__ = _noting(model, "data_parallel", nn.DataParallel.__init__)  # type: ignore[method-assign]
     _when_imported(FSDP_PACKAGE, lambda: _patch_fsdp(model))
     _when_imported("deepspeed", lambda: _patch_deepspeed(model))
