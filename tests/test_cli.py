@@ -33,18 +33,30 @@ def test_help_does_not_import_heavy_libraries() -> None:
 
 def test_the_library_and_a_profile_s_launch_do_not_import_torch() -> None:
     """Every command's process imports srifty.api, and `srifty profile` launches torchrun from its
-    own: neither pays torch's import (over a second here; the workers import it), which a module
-    of the profiling package imported at its top once made every command pay."""
+    own and writes the profile: none of it pays torch's import (over a second here; the workers
+    import it), which a module of the profiling package imported at its top once made every
+    command pay. Where the machine has no GPU driver, finding that no GPU is there does not import
+    it either; where it has one, torch says how many GPUs its build sees."""
+    from srifty.profiling.document import gpu_driver_present
+
     code = (
         "import sys\n"
         "import srifty.api\n"
         "from srifty.cli import main\n"
+        "from srifty.profiling.backend import local_cuda\n"
+        "from srifty.profiling.document import torch_version\n"
+        "from srifty.profiling.local import local_gpu_count\n"
         "try:\n    main(['profile', 'tests/scripts/needs_args.py', '--nproc', '2', '--dry-run'])\n"
         "except SystemExit:\n    pass\n"
         "print('HEAVY=' + ','.join(m for m in ('torch', 'sklearn') if m in sys.modules))\n"
+        "print('GPUS', local_gpu_count('auto'), local_cuda('auto'), torch_version(), 'torch' in sys.modules)\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert "-m torch.distributed.run" in res.stdout and "HEAVY=\n" in res.stdout, res.stdout
+    import torch
+
+    if not gpu_driver_present():
+        assert f"GPUS 0 False {torch.__version__} False" in res.stdout, res.stdout
 
 
 def test_version() -> None:

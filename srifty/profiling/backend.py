@@ -19,9 +19,18 @@ from srifty import hostinfo, profile
 from srifty.errors import ProfilingFailed
 from srifty.profiling import stacks
 from srifty.profiling.diagnosis import diagnose_failure
-from srifty.profiling.document import training_doc
+from srifty.profiling.document import gpu_driver_present, torch_version, training_doc
 from srifty.profiling.request import LaunchPlan, ProfileRequest, ProgressFn
 from srifty.profiling.supervisor import Supervisor, read_rank_records, read_record
+
+
+def local_cuda(device: str) -> bool:
+    """Whether workers on this machine run on a CUDA GPU under ``--device``."""
+    if device == "cpu" or not gpu_driver_present():
+        return False
+    import torch  # a GPU machine's: only torch says whether its build runs there
+
+    return torch.cuda.is_available()
 
 
 class ProfilingBackend(ABC):
@@ -118,8 +127,6 @@ class ProfilingBackend(ABC):
     def _profile_collectives(
         self, request: ProfileRequest, run_dir: str, run_id: str, out: str | None, progress: ProgressFn | None
     ) -> dict[str, Any]:
-        import torch
-
         results: list[dict[str, Any]] = []
         total_wall = 0.0
         world_sizes = request.world_sizes or [request.nproc]
@@ -152,7 +159,7 @@ class ProfilingBackend(ABC):
                     "Check that the machine can run that many workers; the sizes measured so far are kept.",
                 )
                 break
-        cluster = self.cluster_block(request, max(world_sizes), "cuda" if (torch.cuda.is_available() and request.device != "cpu") else "cpu")
+        cluster = self.cluster_block(request, max(world_sizes), "cuda" if local_cuda(request.device) else "cpu")
         doc = {
             "schema_version": profile.SCHEMA_VERSION,
             "kind": "collectives",
@@ -162,7 +169,7 @@ class ProfilingBackend(ABC):
             "created_at": profile.utc_now(),
             "srifty_version": profile.__version__,
             "cluster": cluster,
-            "environment": profile.environment_info(torch.__version__),
+            "environment": profile.environment_info(torch_version()),
             "measurement": {
                 "target_rel_ci": request.target_rel_ci,
                 "max_seconds": request.max_seconds,

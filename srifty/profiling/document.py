@@ -7,6 +7,7 @@ measured into the document ``profile.save`` writes.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -76,12 +77,35 @@ def most_iterations(ranks: list[dict[str, Any]], key: str) -> int | None:
     return most_common([v for v in values if v > 0])
 
 
+def torch_version() -> str | None:
+    """The installed torch's version, read off its package metadata: importing torch in the command's
+    own process (it runs in the workers) would cost it a second or more."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# what a machine with a CUDA (NVIDIA) or ROCm (AMD) GPU driver has; torch sees no GPU without one
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def gpu_driver_present() -> bool:
+    """Whether this machine has a GPU driver torch could use: where it has none, the command's own
+    process need not import torch (a second or more) to learn that it sees no GPU."""
+    return any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
+
+
+def nccl_version() -> str:
+    import torch  # a GPU run's: NCCL's version is torch's to say
+
+    return ".".join(map(str, torch.cuda.nccl.version()))
+
+
 def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: RunOutcome,
                  cluster_block: Callable[[ProfileRequest, int, str], dict[str, Any]]) -> dict[str, Any]:
     """The profile of a training run from its ranks' records; ``cluster_block`` is the backend's
     (:meth:`ProfilingBackend.cluster_block`), which describes where the workers ran."""
-    import torch
-
     world = max((r.get("world_size", 1) for r in ranks), default=request.nproc) or request.nproc
     device = "cuda" if any((r.get("device") or {}).get("type") == "cuda" for r in ranks) else "cpu"
     model = next((r["model"] for r in ranks if r.get("model")), {})
@@ -235,9 +259,7 @@ def training_doc(request: ProfileRequest, ranks: list[dict[str, Any]], outcome: 
             "sync_batchnorm": model.get("sync_batchnorm") or None,
         },
         "cluster": cluster,
-        "environment": profile.environment_info(
-            torch.__version__, ".".join(map(str, torch.cuda.nccl.version())) if device == "cuda" else None
-        ),
+        "environment": profile.environment_info(torch_version(), nccl_version() if device == "cuda" else None),
         "measurement": {
             "target_rel_ci": request.target_rel_ci,
             "achieved_rel_ci": achieved,

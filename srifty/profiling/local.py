@@ -10,6 +10,7 @@ import sys
 
 from srifty.errors import SriftyError
 from srifty.profiling.backend import ProfilingBackend
+from srifty.profiling.document import gpu_driver_present
 from srifty.profiling.request import LaunchPlan, ProfileRequest, WorkerCommand, worker_env
 
 
@@ -40,8 +41,9 @@ def check_gpu_count(request: ProfileRequest, gpus: int) -> None:
 
 
 def local_gpu_count(device: str) -> int:
-    """CUDA GPUs the local workers will use: none with ``--device cpu`` or without CUDA."""
-    if device == "cpu":
+    """CUDA GPUs the local workers will use: none with ``--device cpu`` or without CUDA (torch is
+    asked only where a GPU driver is there, document.gpu_driver_present)."""
+    if device == "cpu" or not gpu_driver_present():
         return 0
     import torch
 
