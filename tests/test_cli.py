@@ -37,7 +37,7 @@ def test_the_library_and_a_profile_s_launch_do_not_import_torch() -> None:
     import it), which a module of the profiling package imported at its top once made every
     command pay. Where the machine has no GPU driver, finding that no GPU is there does not import
     it either; where it has one, torch says how many GPUs its build sees."""
-    from srifty.profiling.document import gpu_driver_present
+    from srifty.profiling.backend import gpu_driver_present
 
     code = (
         "import sys\n"

@@ -19,13 +19,23 @@ from srifty import hostinfo, profile
 from srifty.errors import ProfilingFailed
 from srifty.profiling import stacks
 from srifty.profiling.diagnosis import diagnose_failure
-from srifty.profiling.document import gpu_driver_present, torch_version, training_doc
+from srifty.profiling.document import torch_version, training_doc
 from srifty.profiling.request import LaunchPlan, ProfileRequest, ProgressFn
 from srifty.profiling.supervisor import Supervisor, read_rank_records, read_record
 
 
+# what a machine with a CUDA (NVIDIA) or ROCm (AMD) GPU driver has; torch sees no GPU without one
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def gpu_driver_present() -> bool:
+    return any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
+
+
 def local_cuda(device: str) -> bool:
-    """Whether workers on this machine run on a CUDA GPU under ``--device``."""
+    """Whether workers on this machine run on a CUDA GPU under ``--device``. Torch is asked only
+    where a GPU driver is there: importing it costs this process a second or more, and the workers
+    import it anyway."""
     if device == "cpu" or not gpu_driver_present():
         return False
     import torch  # a GPU machine's: only torch says whether its build runs there

@@ -115,15 +115,12 @@ UNDER_TORCHRUN = "Where torchrun started the script (\"LOCAL_RANK\" in os.enviro
 TORCHRUN_RENDEZVOUS = ("give init_process_group no rendezvous of its own (MASTER_ADDR, MASTER_PORT, a tcp:// "
                        "init_method) and no rank or world size but torchrun's: dist.init_process_group(backend) "
                        "reads them all from torchrun (docs/profiling.md, *A script that starts its own workers*)")
+SPAWNED_AGAIN = ("torchrun has started the workers already (spawned again, they would set up a process group of "
+                 "their own and hang)")
 SELF_LAUNCH = {  # the error's name: what the script did, and what would follow under torchrun
-    "ScriptStartsItsOwnWorkers": (
-        "starts its own workers with {message}, as PyTorch's DDP tutorial does",
-        "torchrun has started the workers already (spawned again, they would set up a process group of their own "
-        "and hang)"),
+    "ScriptStartsItsOwnWorkers": ("starts its own workers with {message}, as PyTorch's DDP tutorial does", SPAWNED_AGAIN),
     "LightningStartsItsOwnWorkers": (
-        "starts its own workers with {message}, through Lightning's spawning strategy (ddp_spawn)",
-        "torchrun has started the workers already (spawned again, they would set up a process group of their own "
-        "and hang)"),
+        "starts its own workers with {message}, through Lightning's spawning strategy (ddp_spawn)", SPAWNED_AGAIN),
     "ScriptSetsItsOwnRendezvous": (
         "sets a rendezvous of its own ({message})", "its workers would wait for a rendezvous server nobody runs there"),
     "ScriptSetsItsOwnWorld": (

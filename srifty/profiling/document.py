@@ -86,16 +86,6 @@ def torch_version() -> str | None:
         return None
 
 
-# what a machine with a CUDA (NVIDIA) or ROCm (AMD) GPU driver has; torch sees no GPU without one
-GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
-
-
-def gpu_driver_present() -> bool:
-    """Whether this machine has a GPU driver torch could use: where it has none, the command's own
-    process need not import torch (a second or more) to learn that it sees no GPU."""
-    return any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
-
-
 def nccl_version() -> str:
     import torch  # a GPU run's: NCCL's version is torch's to say
 

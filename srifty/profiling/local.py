@@ -9,8 +9,7 @@ import socket
 import sys
 
 from srifty.errors import SriftyError
-from srifty.profiling.backend import ProfilingBackend
-from srifty.profiling.document import gpu_driver_present
+from srifty.profiling.backend import ProfilingBackend, local_cuda
 from srifty.profiling.request import LaunchPlan, ProfileRequest, WorkerCommand, worker_env
 
 
@@ -41,13 +40,12 @@ def check_gpu_count(request: ProfileRequest, gpus: int) -> None:
 
 
 def local_gpu_count(device: str) -> int:
-    """CUDA GPUs the local workers will use: none with ``--device cpu`` or without CUDA (torch is
-    asked only where a GPU driver is there, document.gpu_driver_present)."""
-    if device == "cpu" or not gpu_driver_present():
+    """CUDA GPUs the local workers will use: none with ``--device cpu`` or without CUDA."""
+    if not local_cuda(device):
         return 0
     import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return torch.cuda.device_count()
 
 
 class LocalBackend(ProfilingBackend):

@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     # SCRIPT ARGS, or -m MODULE ARGS (run as `python -m MODULE` runs it, from the current directory)
     module = argv[1] if argv[0] == "-m" and len(argv) > 1 else None
     script, script_args = (module, argv[2:]) if module else (argv[0], argv[1:])
-    # the script's option for its batch, with this host's batch (a mix of types gets one per type)
-    if (batch_arg := os.environ.get(BATCH_ARG_ENV)) and (batch := os.environ.get("SRIFTY_BATCH_SIZE")):
-        script_args = [*script_args, batch_arg, batch]
     settings = instrument.WorkerSettings.from_env()
+    # the script's option for its batch, with this host's batch (a mix of types gets one per type)
+    if (batch_arg := os.environ.get(BATCH_ARG_ENV)) and settings.requested_batch_size:
+        script_args = [*script_args, batch_arg, str(settings.requested_batch_size)]
     recorder = instrument.install(settings)
     stacks.arm(settings.out_dir, settings.rank)  # where it waits, should the run hang
     signal.signal(signal.SIGTERM, _on_sigterm)
