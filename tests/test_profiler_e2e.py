@@ -553,15 +553,23 @@ def test_script_that_never_calls_backward(tmp_path: Path, no_orphans) -> None:
     no_orphans(str(SCRIPTS / "no_backward.py"))
 
 
-@pytest.mark.parametrize("script, other", [("data_parallel.py", "torch.nn.DataParallel"),
-                                           ("fsdp_elsewhere.py", "FSDP2 (fully_shard)")])
+@pytest.mark.parametrize("script, args, other", [
+    ("data_parallel.py", (), "torch.nn.DataParallel"),
+    ("fsdp_elsewhere.py", (), "FSDP2 (fully_shard)"),
+    ("fsdp_elsewhere.py", ("--", "fsdp1"), "FSDP (FullyShardedDataParallel)"),
+])
 def test_script_that_trains_without_ddp_is_told_what_srifty_predicts(
-        tmp_path: Path, no_orphans, script: str, other: str) -> None:
-    """A script that trains with another kind of parallelism (nn.DataParallel; FSDP2, set up in a
-    module of its own that the script's source does not show; DeepSpeed alike) never runs a DDP
-    forward: the error names what it uses, as the workers saw it built, and what to do."""
-    res = run_srifty("profile", str(SCRIPTS / script), *QUICK, "--out", str(tmp_path / "other.json"))
-    _assert_clean_error(res, f"it trains with {other}", "Wrap the model in torch.nn.parallel.")
+        tmp_path: Path, no_orphans, script: str, args: tuple[str, ...], other: str) -> None:
+    """A script that trains with another kind of parallelism (nn.DataParallel; FSDP2 or FSDP, set up
+    in a module of its own that the script's source does not show; DeepSpeed alike) never runs a
+    DDP forward: the error names what it uses, as the workers saw it built, and what to do. FSDP
+    fails on a CPU with torch's own words, which the error keeps beside the same advice."""
+    res = run_srifty("profile", str(SCRIPTS / script), *QUICK, "--out", str(tmp_path / "other.json"), *args)
+    _assert_clean_error(res, f" trains with {other}", "not DistributedDataParallel", "Wrap the model in torch.nn.parallel.")
+    import torch  # whether this machine could build FSDP at all
+
+    if args and not torch.cuda.is_available():
+        assert "its rank 0 failed with RuntimeError: FSDP needs a non-CPU accelerator device" in res.stderr
     no_orphans(str(SCRIPTS / script))
 
 

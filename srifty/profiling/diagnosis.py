@@ -53,7 +53,7 @@ def diagnose_failure(
     errors = [(r.get("rank", i), r["error"]) for i, r in enumerate(ranks) if r.get("error")]
     bad_codes = [c for c in outcome.returncodes if c not in (0, None)]
     if errors or bad_codes:
-        return worker_error(request, errors, outcome)
+        return worker_error(request, errors, outcome, other_parallelism_built(ranks))
     if not measured:
         reason = "the script finished without completing a training iteration"
         r0 = next((r for r in ranks if r.get("rank") == 0), None)
@@ -62,16 +62,10 @@ def diagnose_failure(
                 reason = f"the script ran {r0['forward_calls']} forward passes but never called backward()"
             elif not r0.get("forward_calls") and not r0.get("explicit_api"):
                 reason = "the script never ran a forward pass through a DistributedDataParallel model"
-                seen = next((KINDS.get(k) for r in ranks if (k := (r.get("model") or {}).get(OTHER_KEY))), None)
-                if other := seen or other_parallelism(request.script, request.script_args):
+                if other := other_parallelism_built(ranks) or other_parallelism(request.script, request.script_args):
                     return ProfilingFailed(
                         f"Nothing to measure in {script}: it trains with {other}, not DistributedDataParallel.",
-                        "srifty profiles and predicts data parallelism with DDP (every worker holds the whole "
-                        "model and allreduces its gradients); sharded or model-parallel training communicates "
-                        "otherwise and is not predicted. Wrap the model in torch.nn.parallel."
-                        "DistributedDataParallel to profile it as DDP training (with Lightning, strategy=\"ddp\"; "
-                        "with HuggingFace's Trainer, no --fsdp or --deepspeed).",
-                    )
+                        NOT_DDP_ADVICE)
             elif r0.get("forward_calls") and r0.get("backward_calls") and not r0.get("step_calls"):
                 reason = "the script ran forward and backward but never an optimizer step()"
         return ProfilingFailed(
@@ -80,6 +74,17 @@ def diagnose_failure(
             "script trains for more than a few steps, or mark iterations with srifty.step().",
         )
     return None
+
+
+NOT_DDP_ADVICE = ("srifty profiles and predicts data parallelism with DDP (every worker holds the whole model and "
+                  "allreduces its gradients); sharded or model-parallel training communicates otherwise and is not "
+                  "predicted. Wrap the model in torch.nn.parallel.DistributedDataParallel to profile it as DDP "
+                  "training (with Lightning, strategy=\"ddp\"; with HuggingFace's Trainer, no --fsdp or --deepspeed).")
+
+
+def other_parallelism_built(ranks: list[dict[str, Any]]) -> str | None:
+    """The training that is not DDP a worker noted building (srifty.profiling.otherparallel), if any."""
+    return next((KINDS.get(k) for r in ranks if (k := (r.get("model") or {}).get(OTHER_KEY))), None)
 
 
 # what a script that trains without DDP calls or asks for instead (in its source or its arguments:
@@ -154,7 +159,10 @@ NO_GPU_WORDS = ("not compiled with cuda", "no nvidia driver", "no cuda gpus are 
                 "processgroupnccl is only supported with gpus", "cuda driver initialization failed")
 
 
-def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome) -> ProfilingFailed:
+def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]]], outcome: RunOutcome,
+                 other: str | None = None) -> ProfilingFailed:
+    """The error for workers that raised or exited badly; ``other``: the training that is not DDP a
+    worker built (FSDP needs an accelerator, and fails on a CPU in its own words)."""
     script = request.script or "the job"
     peer_words = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "gloo", "nccl", "socket")
     primary = next((e for e in errors if not any(w in e[1]["message"].lower() for w in peer_words)), errors[0] if errors else None)
@@ -177,6 +185,9 @@ def worker_error(request: ProfileRequest, errors: list[tuple[int, dict[str, Any]
         first_line = text.splitlines()[0][:400] if text else err["type"]
         if not str(err.get("message") or "").strip():  # a bare `raise AssertionError`: say where it was
             first_line = f"{err['type']} (no message), {raised_at(err.get('traceback'), request.script)}".rstrip(", ")
+        if other:
+            return ProfilingFailed(f"{script} trains with {other}, not DistributedDataParallel, and its rank {rank} "
+                                   f"failed with {sentence(first_line)}", NOT_DDP_ADVICE)
         if any(w in text.lower() for w in oom_words):
             bs = request.batch_size
             return ProfilingFailed(
