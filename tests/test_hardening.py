@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from srifty.commands import params
 from srifty import profile as profile_mod
 from srifty.cli import main
 
@@ -287,6 +288,26 @@ def test_numeric_options_out_of_range_are_usage_errors(args: list[str], needle: 
     code, _, err = srifty(*args)
     assert code == 2
     assert_clear_error(code, err, needle)
+
+
+@pytest.mark.parametrize("typed, hours", [("36", 36.0), ("2.5", 2.5), ("90m", 1.5), ("90min", 1.5), ("36h", 36.0),
+                                          ("2d", 48.0), ("2 D", 48.0), ("45s", 45 / 3600), ("1e2m", 100 / 60)])
+def test_a_duration_is_hours_or_a_number_with_its_unit(typed: str, hours: float) -> None:
+    assert params.hours().convert(typed, None, None) == pytest.approx(hours)
+
+
+def test_a_deadline_with_a_unit_is_the_same_deadline_in_hours() -> None:
+    """`--deadline 2d` is `--deadline 48`: the same ranking, said in hours; a unit srifty does not
+    know is a usage error that lists those it does."""
+    runs = [srifty("recommend", "--profile", CNN, "--samples", "1e9", "--deadline", d, "--top", "3",
+                   "--checkpoint-interval", c, "--json") for d, c in (("2d", "30m"), ("48", "0.5"))]
+    assert all(code == 0 for code, _, _ in runs), runs
+    with_units, in_hours = (json.loads(out) for _, out, _ in runs)
+    assert with_units["constraints"] == in_hours["constraints"] and with_units["recommendations"]
+    assert [r["config"] for r in with_units["recommendations"]] == [r["config"] for r in in_hours["recommendations"]]
+    code, _, err = srifty("recommend", "--profile", CNN, "--samples", "1e9", "--deadline", "2w")
+    assert code == 2
+    assert_clear_error(code, err, "'--deadline'", "90m, 36h, 2d, 45s")
 
 
 # Every numeric option of every command, with what it accepts: ("whole"|"number", lowest, open, highest).

@@ -8,6 +8,7 @@ are never accepted: ``--budget inf`` is no budget, which is said by leaving it o
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import click
@@ -89,3 +90,34 @@ BATCH = whole(1, MAX_BATCH)
 NODES = whole(1, MAX_NODES)
 WORKERS = whole(1, MAX_WORKERS_PER_NODE)
 SEARCH_NODES = whole(1, MAX_SEARCH_NODES)
+
+
+# what a duration's unit is worth in hours
+HOURS_PER_UNIT = {"s": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0}
+
+
+class Hours(Number):
+    """A duration in hours: a plain number (hours), or a number with a unit, 90m, 36h, 2d, 45s."""
+
+    def __init__(self, low_open: bool):
+        super().__init__(False, 0.0, low_open)
+        self.name = "duration"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "HOURS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = value.strip().lower() if isinstance(value, str) else value
+        match = re.fullmatch(r"(.+?)\s*(s|min|m|h|d)", text) if isinstance(text, str) else None
+        if match is None:
+            if isinstance(text, str) and not re.fullmatch(r"[-+.\deE]+|[-+]?(inf\w*|nan)", text):
+                self.fail(f"{value!r} is not a duration: give hours (2.5) or a number with a unit (90m, 36h, 2d, "
+                          "45s).", param, ctx)
+            return super().convert(value, param, ctx)
+        number = super().convert(match.group(1), param, ctx)
+        return number * HOURS_PER_UNIT[match.group(2)]
+
+
+def hours(zero: bool = False) -> Hours:
+    """A duration above 0 (or of 0 or more, with ``zero``), in hours or with a unit."""
+    return Hours(low_open=not zero)

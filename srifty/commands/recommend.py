@@ -142,7 +142,8 @@ def plot_front(result: Any, path: str) -> None:
 @click.option("--budget", type=params.positive(), help="Most $ per hour.")
 @click.option("--total-budget", type=params.positive(), help="Most $ for the whole job (needs --samples or --epochs).")
 @click.option("--min-throughput", type=params.positive(), help="Least samples/s (expected, interruptions discounted).")
-@click.option("--deadline", type=params.positive(), help="Hours to finish the job (needs --samples or --epochs).")
+@click.option("--deadline", type=params.hours(),
+              help="Time to finish the job, in hours or with a unit: 36, 90m, 36h, 2d (needs --samples or --epochs).")
 @click.option("--samples", type=params.positive(), help="Job size in samples.")
 @click.option("--epochs", type=params.positive(), help="Job size in epochs (with --dataset-size).")
 @click.option("--dataset-size", type=params.positive(), help="Samples per epoch.")
@@ -154,8 +155,10 @@ def plot_front(result: Any, path: str) -> None:
 @click.option("--heterogeneous/--homogeneous", default=True, show_default=True, help="Consider mixes of types.")
 @click.option("--spot/--no-spot", default=True, show_default=True, help="Allow spot instances.")
 @click.option("--max-interruption", type=params.non_negative(), help="Most expected interruptions per hour of the whole cluster.")
-@click.option("--checkpoint-interval", type=params.non_negative(), default=0.5, show_default=True, help="Hours between checkpoints.")
-@click.option("--restart-overhead", type=params.non_negative(), default=0.1, show_default=True, help="Hours to restart after an interruption.")
+@click.option("--checkpoint-interval", type=params.hours(zero=True), default=0.5, show_default=True,
+              help="Time between checkpoints, in hours or with a unit (30m).")
+@click.option("--restart-overhead", type=params.hours(zero=True), default=0.1, show_default=True,
+              help="Time to restart after an interruption, in hours or with a unit (6m).")
 @click.option("--region", help="Catalog region (default: the catalog's default).")
 @click.option("--available", metavar="TYPE[@spot]=N,...", help="At most N nodes of TYPE (on demand; TYPE@spot: spot) "
               "can be had, e.g. p4d.24xlarge=1,g5.12xlarge@spot=4. Mixes of types then fill what one type cannot.")
