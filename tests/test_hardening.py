@@ -296,11 +296,17 @@ def test_a_duration_is_hours_or_a_number_with_its_unit(typed: str, hours: float)
     assert params.hours().convert(typed, None, None) == pytest.approx(hours)
 
 
+@pytest.mark.parametrize("typed, n", [("1281167", 1281167.0), ("5e7", 5e7), ("50k", 5e4), ("1.28M", 1.28e6),
+                                      ("2B", 2e9), ("2 b", 2e9)])
+def test_a_count_is_a_number_or_one_with_a_suffix(typed: str, n: float) -> None:
+    assert params.count().convert(typed, None, None) == pytest.approx(n)
+
+
 def test_a_deadline_with_a_unit_is_the_same_deadline_in_hours() -> None:
-    """`--deadline 2d` is `--deadline 48`: the same ranking, said in hours; a unit srifty does not
-    know is a usage error that lists those it does."""
-    runs = [srifty("recommend", "--profile", CNN, "--samples", "1e9", "--deadline", d, "--top", "3",
-                   "--checkpoint-interval", c, "--json") for d, c in (("2d", "30m"), ("48", "0.5"))]
+    """`--deadline 2d` is `--deadline 48` (and `--samples 1B` is 1e9): the same ranking, said in
+    hours; a unit srifty does not know is a usage error that lists those it does."""
+    runs = [srifty("recommend", "--profile", CNN, "--samples", n, "--deadline", d, "--top", "3",
+                   "--checkpoint-interval", c, "--json") for n, d, c in (("1B", "2d", "30m"), ("1e9", "48", "0.5"))]
     assert all(code == 0 for code, _, _ in runs), runs
     with_units, in_hours = (json.loads(out) for _, out, _ in runs)
     assert with_units["constraints"] == in_hours["constraints"] and with_units["recommendations"]

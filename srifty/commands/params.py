@@ -94,30 +94,39 @@ SEARCH_NODES = whole(1, MAX_SEARCH_NODES)
 
 # what a duration's unit is worth in hours
 HOURS_PER_UNIT = {"s": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0}
+# what a count's suffix multiplies it by (thousands, millions, billions)
+COUNT_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
 
 
-class Hours(Number):
-    """A duration in hours: a plain number (hours), or a number with a unit, 90m, 36h, 2d, 45s."""
+class WithUnit(Number):
+    """A positive (or, with ``zero``, non-negative) number, plain or followed by one of ``units``
+    (case aside), which multiplies it: ``90m`` of a duration in hours is 1.5."""
 
-    def __init__(self, low_open: bool):
-        super().__init__(False, 0.0, low_open)
-        self.name = "duration"
+    def __init__(self, units: dict[str, float], name: str, metavar: str, examples: str, zero: bool = False):
+        super().__init__(False, 0.0, not zero)
+        self.units, self.name, self.metavar, self.examples = units, name, metavar, examples
+        self._pattern = re.compile(r"(.+?)\s*(" + "|".join(sorted(units, key=len, reverse=True)) + ")")
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "HOURS"
+        return self.metavar
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        text = value.strip().lower() if isinstance(value, str) else value
-        match = re.fullmatch(r"(.+?)\s*(s|min|m|h|d)", text) if isinstance(text, str) else None
-        if match is None:
-            if isinstance(text, str) and not re.fullmatch(r"[-+.\deE]+|[-+]?(inf\w*|nan)", text):
-                self.fail(f"{value!r} is not a duration: give hours (2.5) or a number with a unit (90m, 36h, 2d, "
-                          "45s).", param, ctx)
+        if not isinstance(value, str):
             return super().convert(value, param, ctx)
-        number = super().convert(match.group(1), param, ctx)
-        return number * HOURS_PER_UNIT[match.group(2)]
+        text = value.strip().lower()
+        match = self._pattern.fullmatch(text)
+        if match is None:
+            if not re.fullmatch(r"[-+.\de]+|[-+]?(inf\w*|nan)", text):
+                self.fail(f"{value!r} is not a {self.name}: give {self.examples}.", param, ctx)
+            return super().convert(value, param, ctx)
+        return super().convert(match.group(1), param, ctx) * self.units[match.group(2)]
 
 
-def hours(zero: bool = False) -> Hours:
+def hours(zero: bool = False) -> WithUnit:
     """A duration above 0 (or of 0 or more, with ``zero``), in hours or with a unit."""
-    return Hours(low_open=not zero)
+    return WithUnit(HOURS_PER_UNIT, "duration", "HOURS", "hours (2.5) or a number with a unit (90m, 36h, 2d, 45s)", zero)
+
+
+def count() -> WithUnit:
+    """A count above 0, plain (1281167, 5e7) or with a suffix: 1.28M, 50k, 2B."""
+    return WithUnit(COUNT_SUFFIXES, "count", "NUMBER", "a number (1281167, 5e7) or one with a suffix (50k, 1.28M, 2B)")

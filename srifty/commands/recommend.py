@@ -18,7 +18,7 @@ EPILOG = """\b
 Examples:
   srifty recommend --profile profiles/local/cnn_resnet.json --budget 12
   srifty recommend --profile profiles/local/cnn_resnet.json --min-throughput 800 --budget 12
-  srifty recommend --profile P --samples 5e7 --deadline 10 --objective cost
+  srifty recommend --profile P --samples 50M --deadline 10h --objective cost
   srifty recommend --profile P --epochs 90 --dataset-size 1281167 --total-budget 500 --no-spot
   srifty recommend --profile P --instance-types 'g5.*,g6.*' --max-nodes 8 --pareto --plot front.png
   srifty recommend --profile profiles/emulated/cnn_resnet --catalog configs/emulated.yaml --json
@@ -141,12 +141,13 @@ def plot_front(result: Any, path: str) -> None:
                    "alone. Default: the cached model, trained once on the shipped corpus.")
 @click.option("--budget", type=params.positive(), help="Most $ per hour.")
 @click.option("--total-budget", type=params.positive(), help="Most $ for the whole job (needs --samples or --epochs).")
-@click.option("--min-throughput", type=params.positive(), help="Least samples/s (expected, interruptions discounted).")
+@click.option("--min-throughput", type=params.count(),
+              help="Least samples/s (expected, interruptions discounted); 20k is 20,000.")
 @click.option("--deadline", type=params.hours(),
               help="Time to finish the job, in hours or with a unit: 36, 90m, 36h, 2d (needs --samples or --epochs).")
-@click.option("--samples", type=params.positive(), help="Job size in samples.")
+@click.option("--samples", type=params.count(), help="Job size in samples: 5e7, 50M.")
 @click.option("--epochs", type=params.positive(), help="Job size in epochs (with --dataset-size).")
-@click.option("--dataset-size", type=params.positive(), help="Samples per epoch.")
+@click.option("--dataset-size", type=params.count(), help="Samples per epoch: 1281167, 1.28M.")
 @click.option("--objective", type=click.Choice(["throughput", "cost", "cost-per-sample"]),
               help="What to optimise (default: throughput within budget, or cost when a throughput/deadline is required).")
 @click.option("--max-nodes", type=params.SEARCH_NODES, default=16, show_default=True,
