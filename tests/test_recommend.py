@@ -6,6 +6,7 @@ tests stay fast; the learned model plugs into the same ModelOracle."""
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 
 import pytest
@@ -304,6 +305,29 @@ def test_infeasible_names_the_constraint_and_the_relaxation():
     assert "--budget" in msg and f"${cheapest:.2f}/h" in msg
 
 
+@pytest.mark.parametrize("hours, text, flag", [(0.15, "9 min", "9m"), (0.6733, "40.4 min", "41m"), (1.0, "1.00 h", "1"),
+                                               (2.551, "2.55 h", "2.56"), (1234.5, "1,234 h", "1234.5")])
+def test_a_duration_is_said_in_minutes_under_an_hour_and_given_back_as_the_flag_takes_it(hours, text, flag):
+    from srifty.commands.params import hours as duration
+
+    assert solver.constraints.hours_text(hours) == text
+    assert solver.constraints.deadline_at_least(hours) == flag and duration().convert(flag, None, None) >= hours - 1e-9
+
+
+def test_an_infeasible_deadline_s_suggestion_is_one_the_flag_takes_and_that_is_met():
+    """Asked to finish in a minute, recommend says how long the fastest configuration needs, in
+    minutes, and the --deadline to give; given that, it recommends that configuration."""
+    args = ("recommend", "--profile", EMU_PROFILES, "--catalog", "configs/emulated.yaml", "--model", "simulator",
+            "--max-nodes", "4", "--samples", "1M")
+    p = run_srifty(*args, "--deadline", "1m", timeout=120)
+    assert p.returncode != 0 and "--deadline 1 min rules everything out" in p.stderr, p.stderr
+    fastest, extended = re.search(r"configuration meeting the others \((\S+)\) needs [\d.]+ min; extend --deadline "
+                                  r"to (\d+m)\.", p.stderr).groups()
+    p = run_srifty(*args, "--deadline", extended, "--json", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert fastest in [r["config"] for r in json.loads(p.stdout)["recommendations"]]
+
+
 def test_cli_json_on_the_emulated_catalog():
     p = run_srifty("recommend", "--profile", EMU_PROFILES, "--catalog", "configs/emulated.yaml", "--model", "simulator",
                    "--budget", "1", "--max-nodes", "4", "--json", "--samples", "1e6", timeout=120)
@@ -592,7 +616,7 @@ def test_a_choice_that_meets_the_constraints_only_at_its_figure_says_so():
     cat = _FakeCatalog([("r1", "t0.x", 1, "G", 1.0, float("nan"), 0.0), ("r1", "t1.x", 1, "G", 3.0, float("nan"), 0.0)])
     oracle = _FakeOracle({"t0.x": (2.0, 0.0, 0.0, 0.0), "t1.x": (4.0, 0.0, 0.0, 0.0)})
     for kw, missed in (({"min_throughput": 1800.0}, "--min-throughput 1800 (1,666.7 samples/s)"),
-                       ({"samples": 1e6, "deadline_hours": 0.15}, "--deadline 0.15 h (0.17 h)")):
+                       ({"samples": 1e6, "deadline_hours": 0.15}, "--deadline 9 min (10 min)")):
         r = solver.solve(oracle, cat, solver.Constraints(max_nodes=1, **kw), top=5)
         assert r.chosen.config == "1xt0.x"
         assert r.notes[0] == ("1xt0.x meets the constraints at its figure, not at its interval's slow end (19.2 ms "

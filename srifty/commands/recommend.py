@@ -48,9 +48,9 @@ def _split(r: Any) -> str:
 
 
 def _hours(h: float | None) -> str:
-    if h is None:
-        return "-"
-    return f"{h:.2f} h" if h < 100 else f"{h:,.0f} h"
+    from srifty.solver.constraints import hours_text  # as recommend() imports the solver: not for --help
+
+    return "-" if h is None else hours_text(h)
 
 
 def _table(rows: list[Any], with_job: bool, title: str, spot_score: Any = None) -> Any:

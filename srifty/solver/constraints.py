@@ -20,6 +20,24 @@ DEFAULT_CHECKPOINT_INTERVAL_H = 0.5
 DEFAULT_RESTART_OVERHEAD_H = 0.1
 
 
+def hours_text(hours: float, asked: bool = False) -> str:
+    """A duration for a message or a table: minutes under an hour (41.3 min), else hours (2.55 h,
+    1,234 h; a limit the person ``asked`` for as they gave it, 2 h)."""
+    if hours < 1:
+        return f"{hours * 60:.3g} min"
+    if asked:
+        return f"{hours:g} h"
+    return f"{hours:.2f} h" if hours < 100 else f"{hours:,.0f} h"
+
+
+def deadline_at_least(hours: float) -> str:
+    """What --deadline takes that allows ``hours``: whole minutes under an hour (41m), else
+    hundredths of an hour (2.56), rounded up."""
+    if hours < 1:
+        return f"{math.ceil(hours * 60 - 1e-9)}m"
+    return f"{math.ceil(hours * 100 - 1e-9) / 100:g}"
+
+
 class Objective(str, Enum):
     """What to optimise among the configurations that meet every constraint."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from srifty.solver.constraints import Constraints, InfeasibleError
+from srifty.solver.constraints import Constraints, InfeasibleError, deadline_at_least, hours_text
 from srifty.solver.space import exceeded_limits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,9 +67,9 @@ def explain_infeasible(masks: dict[str, "np.ndarray"], cat: dict[str, "np.ndarra
                          f"{thr[j]:.1f} samples/s; lower --min-throughput to {math.floor(thr[j] * 10) / 10:g}")
         elif k == "deadline":
             j = pick(idx, hours, price, rate)
-            lines.append(f"--deadline {c.deadline_hours:g} h rules everything out: the fastest configuration meeting "
-                         f"the others ({config_of(j)}) needs {hours[j]:.2f} h; extend --deadline to "
-                         f"{math.ceil(hours[j] * 100) / 100:g}")
+            lines.append(f"--deadline {hours_text(c.deadline_hours, asked=True)} rules everything out: the fastest configuration "
+                         f"meeting the others ({config_of(j)}) needs {hours_text(hours[j])}; extend --deadline to "
+                         f"{deadline_at_least(hours[j])}")
         elif k == "spot":
             j = pick(idx, price, -thr, rate)
             lines.append(f"--no-spot rules everything out: with spot, {config_of(j)} meets every other constraint at "

@@ -25,7 +25,7 @@ from srifty.features import hardware_of
 from srifty.features.job import profile_command
 from srifty.profiling.ec2 import billed_hours
 from srifty.profiling.launcher import ProfileRequest
-from srifty.solver.constraints import Constraints, Objective
+from srifty.solver.constraints import Constraints, Objective, hours_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from srifty.features import JobProfile
@@ -190,7 +190,7 @@ class SlowEndMiss:
         if self.constraint == "min_throughput":
             return f"--min-throughput {self.limit:g} ({self.at_slow_end:,.1f} samples/s)"
         if self.constraint == "deadline_hours":
-            return f"--deadline {self.limit:g} h ({self.at_slow_end:.2f} h)"
+            return f"--deadline {hours_text(self.limit, asked=True)} ({hours_text(self.at_slow_end)})"
         return f"--total-budget {self.limit:g} (${self.at_slow_end:,.2f})"
 
 
