@@ -165,6 +165,8 @@ def test_unknown_names_say_did_you_mean(snap):
         snap.get("p3.8xlarj")
     with pytest.raises(SriftyError, match="Did you mean 'V100'"):
         snap.list(gpu="V10O")
+    with pytest.raises(SriftyError, match=r"Did you mean 'g5.xlarge'"):  # EC2's names are lower case
+        snap.get("G5.XLARGE")
     with pytest.raises(SriftyError, match="no prices in region"):
         snap.list(region="mars-1")
 
