@@ -22,6 +22,7 @@ from srifty.catalog import (
     InterruptionBucket,
     Market,
     SpotStatistic,
+    did_you_mean,
     monthly_share_to_hourly_rate,
 )
 from srifty.cli import cli
@@ -167,6 +168,7 @@ def test_unknown_names_say_did_you_mean(snap):
         snap.list(gpu="V10O")
     with pytest.raises(SriftyError, match=r"Did you mean 'g5.xlarge'"):  # EC2's names are lower case
         snap.get("G5.XLARGE")
+    assert did_you_mean("G5", ["g5", float("nan"), "p3"]) == " Did you mean 'g5'?"  # a column's blanks name nothing
     with pytest.raises(SriftyError, match="no prices in region"):
         snap.list(region="mars-1")
 

@@ -44,7 +44,8 @@ def _str(value: Any) -> str:
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """' Did you mean ...?' with the names of ``known`` closest to ``name``, case aside (EC2's names
     are lower case; G5.XLARGE is g5.xlarge), or '' where none is close."""
-    by_lower = {k.lower(): k for k in sorted(set(known), reverse=True)}  # of two spellings, the first in order
+    names = {k for k in known if isinstance(k, str)}  # a column's blanks (NaN) name nothing
+    by_lower = {k.lower(): k for k in sorted(names, reverse=True)}  # of two spellings, the first in order
     close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), sorted(by_lower), n=3, cutoff=0.6)]
     return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
