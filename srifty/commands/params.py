@@ -116,7 +116,9 @@ class WithUnit(Number):
         text = value.strip().lower()
         match = self._pattern.fullmatch(text)
         if match is None:
-            if not re.fullmatch(r"[-+.\de]+|[-+]?(inf\w*|nan)", text):
+            try:
+                float(text)  # a number, as Number reads it (its range and finiteness checked there)
+            except ValueError:
                 self.fail(f"{value!r} is not a {self.name}: give {self.examples}.", param, ctx)
             return super().convert(value, param, ctx)
         return super().convert(match.group(1), param, ctx) * self.units[match.group(2)]
